@@ -1,0 +1,187 @@
+/*
+ * leader_election 1.0: install script.
+ *
+ * Security rules followed throughout (research/anchors-reliability.md (c)):
+ * - State lives in the schema leader_election, created here, so a schema of
+ *   that name made beforehand by anyone makes the install fail instead of
+ *   adopting it.
+ * - No CREATE OR REPLACE and no IF NOT EXISTS.
+ * - Every name is schema-qualified, operators too; @extschema@ never appears
+ *   inside a quoted string.
+ * - Ordinary roles get no rights on the tables; EXECUTE is revoked from
+ *   PUBLIC on every function that reads or changes a lease.
+ */
+
+\echo Use "CREATE EXTENSION leader_election" to load this file. \quit
+
+CREATE SCHEMA leader_election;
+COMMENT ON SCHEMA leader_election IS
+    'State of the leader_election extension: leases, history, views';
+
+/*
+ * One row per election name: the lease.  Rows are never deleted by the
+ * extension (release keeps the row and its term).  Only the primary key is
+ * indexed and it never changes, so every renewal is a HOT update; the low
+ * fillfactor leaves room on the page for it.
+ */
+CREATE TABLE leader_election.leases (
+    name             text COLLATE "C" NOT NULL,
+    owner            oid NOT NULL,
+    holder           text COLLATE "C",
+    term             bigint NOT NULL,
+    acquired_at      timestamptz,
+    renewed_at       timestamptz,
+    expires_at       timestamptz,
+    session_pid      integer,
+    session_start    timestamptz,
+    holder_pid       integer,
+    holder_role      oid,
+    application_name text,
+    client_addr      inet,
+    CONSTRAINT leases_pkey PRIMARY KEY (name),
+    CONSTRAINT leases_name_length CHECK (pg_catalog.octet_length(name) OPERATOR(pg_catalog.<=) 255)
+) WITH (fillfactor = 50);
+COMMENT ON TABLE leader_election.leases IS
+    'One row per lease name; written only by the extension''s functions';
+REVOKE ALL ON TABLE leader_election.leases FROM PUBLIC;
+
+/* One row per term, bounded by leader_election.history_max_terms per name. */
+CREATE TABLE leader_election.history (
+    name          text COLLATE "C" NOT NULL,
+    term          bigint NOT NULL,
+    holder        text COLLATE "C" NOT NULL,
+    owner         oid NOT NULL,
+    session_bound boolean NOT NULL,
+    holder_pid    integer,
+    acquired_at   timestamptz NOT NULL,
+    ended_at      timestamptz,
+    end_reason    text,
+    CONSTRAINT history_pkey PRIMARY KEY (name, term),
+    CONSTRAINT history_end_reason CHECK
+        (end_reason OPERATOR(pg_catalog.=) ANY (ARRAY['released', 'expired', 'session_ended']::pg_catalog.text[]))
+);
+COMMENT ON TABLE leader_election.history IS
+    'One row per term: who held it, when it began and how it ended (released, expired, session_ended); ended_at is NULL while the term is current or until the next takeover notices its end';
+REVOKE ALL ON TABLE leader_election.history FROM PUBLIC;
+ALTER TABLE leader_election.history ENABLE ROW LEVEL SECURITY;
+CREATE POLICY history_visible_to_owner ON leader_election.history
+    FOR SELECT
+    USING (pg_catalog.pg_has_role(owner, 'USAGE'));
+GRANT SELECT ON TABLE leader_election.history TO PUBLIC;
+
+/* Functions of the state schema. */
+
+CREATE FUNCTION leader_election.lease_is_valid(holder text, expires_at timestamptz,
+                                               session_pid integer, session_start timestamptz)
+    RETURNS boolean
+    AS 'MODULE_PATHNAME', 'le_lease_is_valid'
+    LANGUAGE C VOLATILE PARALLEL RESTRICTED;
+COMMENT ON FUNCTION leader_election.lease_is_valid(text, timestamptz, integer, timestamptz) IS
+    'Whether a lease with these values is valid now: a holder, not expired, and a session-bound holder''s backend still alive';
+-- Reveals only whether a given backend is alive; the leaders view needs it.
+GRANT EXECUTE ON FUNCTION leader_election.lease_is_valid(text, timestamptz, integer, timestamptz) TO PUBLIC;
+
+CREATE FUNCTION leader_election.waiting_candidates(name text)
+    RETURNS integer
+    AS 'MODULE_PATHNAME', 'le_waiting_candidates_sql'
+    LANGUAGE C VOLATILE STRICT PARALLEL RESTRICTED;
+COMMENT ON FUNCTION leader_election.waiting_candidates(text) IS
+    'Sessions blocked in wait_for_leadership() for this name (names sharing a wakeup slot count together); NULL unless the library is preloaded';
+-- A count of sleeping backends; the leaders view needs it.
+GRANT EXECUTE ON FUNCTION leader_election.waiting_candidates(text) TO PUBLIC;
+
+/* Monitoring: one row per name the caller's roles own. */
+CREATE VIEW leader_election.leaders AS
+SELECT l.name,
+       l.holder,
+       l.term,
+       l.acquired_at,
+       l.renewed_at,
+       l.expires_at,
+       v.valid,
+       (l.session_pid IS NOT NULL) AS session_bound,
+       l.holder_pid,
+       l.holder_role::pg_catalog.regrole AS holder_role,
+       l.application_name,
+       l.client_addr,
+       CASE WHEN v.valid
+            THEN pg_catalog.date_part('epoch', l.expires_at OPERATOR(pg_catalog.-) pg_catalog.clock_timestamp())
+       END AS seconds_left,
+       leader_election.waiting_candidates(l.name) AS waiting_candidates,
+       l.owner::pg_catalog.regrole AS owner
+  FROM leader_election.leases AS l
+ CROSS JOIN LATERAL (SELECT leader_election.lease_is_valid(l.holder, l.expires_at,
+                                                          l.session_pid, l.session_start) AS valid) AS v
+ WHERE pg_catalog.pg_has_role(l.owner, 'USAGE');
+COMMENT ON VIEW leader_election.leaders IS
+    'One row per lease name owned by the caller''s roles: holder, term, times, validity now, who holds it, seconds left, waiting candidates';
+GRANT SELECT ON leader_election.leaders TO PUBLIC;
+
+/*
+ * The API, in the schema CREATE EXTENSION installs into.  None is STRICT:
+ * a NULL name or ttl gets a clear error (22004) instead of a silent NULL.
+ * All take locks or write, so all are VOLATILE and PARALLEL UNSAFE.
+ * EXECUTE is revoked from PUBLIC: the administrator grants it to the roles
+ * that take part in elections (README, "Security").
+ */
+
+CREATE FUNCTION @extschema@.try_acquire_leader(name text, ttl interval, holder text DEFAULT NULL)
+    RETURNS boolean
+    AS 'MODULE_PATHNAME', 'try_acquire_leader'
+    LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION @extschema@.try_acquire_leader(text, interval, text) IS
+    'Acquire the lease (new term) if nobody validly holds it, or renew it (same term) if the caller holds it; false otherwise, without waiting';
+REVOKE ALL ON FUNCTION @extschema@.try_acquire_leader(text, interval, text) FROM PUBLIC;
+
+CREATE FUNCTION @extschema@.am_leader(name text, holder text DEFAULT NULL)
+    RETURNS boolean
+    AS 'MODULE_PATHNAME', 'am_leader'
+    LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION @extschema@.am_leader(text, text) IS
+    'Whether the caller holds a valid lease on the name now; reads only';
+REVOKE ALL ON FUNCTION @extschema@.am_leader(text, text) FROM PUBLIC;
+
+CREATE FUNCTION @extschema@.release_leader(name text, holder text DEFAULT NULL)
+    RETURNS boolean
+    AS 'MODULE_PATHNAME', 'release_leader'
+    LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION @extschema@.release_leader(text, text) IS
+    'Give up the caller''s lease (valid or not), keeping the row and its term; true if something was released';
+REVOKE ALL ON FUNCTION @extschema@.release_leader(text, text) FROM PUBLIC;
+
+CREATE FUNCTION @extschema@.wait_for_leadership(name text, ttl interval,
+                                               timeout interval DEFAULT NULL,
+                                               holder text DEFAULT NULL)
+    RETURNS boolean
+    AS 'MODULE_PATHNAME', 'wait_for_leadership'
+    LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION @extschema@.wait_for_leadership(text, interval, interval, text) IS
+    'Block until the lease is acquired (true) or the timeout passes (false); wakes the moment the lease frees up';
+REVOKE ALL ON FUNCTION @extschema@.wait_for_leadership(text, interval, interval, text) FROM PUBLIC;
+
+CREATE FUNCTION @extschema@.leader_term(name text, holder text DEFAULT NULL)
+    RETURNS bigint
+    AS 'MODULE_PATHNAME', 'leader_term'
+    LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION @extschema@.leader_term(text, text) IS
+    'The term of the caller''s valid lease, else NULL';
+REVOKE ALL ON FUNCTION @extschema@.leader_term(text, text) FROM PUBLIC;
+
+CREATE FUNCTION @extschema@.assert_leader(name text, term bigint DEFAULT NULL, holder text DEFAULT NULL)
+    RETURNS bigint
+    AS 'MODULE_PATHNAME', 'assert_leader'
+    LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION @extschema@.assert_leader(text, bigint, text) IS
+    'Fence the current transaction: SQLSTATE LE001 unless the caller validly holds the lease (in that term); then no takeover until this transaction ends';
+REVOKE ALL ON FUNCTION @extschema@.assert_leader(text, bigint, text) FROM PUBLIC;
+
+CREATE FUNCTION @extschema@.current_leader(name text)
+    RETURNS TABLE (holder text, term bigint, acquired_at timestamptz,
+                   renewed_at timestamptz, expires_at timestamptz,
+                   session_bound boolean, pid integer, role name,
+                   application_name text, client_addr inet)
+    AS 'MODULE_PATHNAME', 'current_leader'
+    LANGUAGE C VOLATILE PARALLEL UNSAFE ROWS 1;
+COMMENT ON FUNCTION @extschema@.current_leader(text) IS
+    'Who validly holds the lease now; no row if nobody does';
+REVOKE ALL ON FUNCTION @extschema@.current_leader(text) FROM PUBLIC;

@@ -1,0 +1,71 @@
+/*-------------------------------------------------------------------------
+ *
+ * compat.h
+ *	  Every PostgreSQL version difference leader_election cares about.
+ *
+ * The extension is built and tested on PostgreSQL 15; these shims keep
+ * 13 through 17 within reach.  No other file may test PG_VERSION_NUM:
+ * when a new difference appears, add a shim here and call it by its
+ * le_ name everywhere else.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef LE_COMPAT_H
+#define LE_COMPAT_H
+
+#include "postgres.h"
+
+#include "access/xlog.h"
+#include "storage/lock.h"
+#include "utils/guc.h"
+
+#if PG_VERSION_NUM < 130000
+#error "leader_election needs PostgreSQL 13 or later"
+#endif
+
+/*
+ * The timeline new WAL is written on.  Terms are qualified by it so that a
+ * promoted standby never reissues a term the old primary handed out.
+ */
+static inline TimeLineID
+le_current_timeline(void)
+{
+#if PG_VERSION_NUM >= 150000
+	return GetWALInsertionTimeLine();
+#else
+	return ThisTimeLineID;
+#endif
+}
+
+/* Does this backend hold the lock in exactly this mode? */
+static inline bool
+le_lock_held_by_me(const LOCKTAG *tag, LOCKMODE mode)
+{
+#if PG_VERSION_NUM >= 170000
+	return LockHeldByMe(tag, mode, false);
+#else
+	return LockHeldByMe(tag, mode);
+#endif
+}
+
+/* Keep other modules from defining settings under our prefix. */
+static inline void
+le_reserve_guc_prefix(const char *prefix)
+{
+#if PG_VERSION_NUM >= 150000
+	MarkGUCPrefixReserved(prefix);
+#else
+	EmitWarningsOnPlaceholders(prefix);
+#endif
+}
+
+/*
+ * PostgreSQL 15 moved shared memory requests into shmem_request_hook; older
+ * servers take them directly in _PG_init.  LE_HAVE_SHMEM_REQUEST_HOOK tells
+ * leader_election.c which of the two to use.
+ */
+#if PG_VERSION_NUM >= 150000
+#define LE_HAVE_SHMEM_REQUEST_HOOK 1
+#endif
+
+#endif							/* LE_COMPAT_H */

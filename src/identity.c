@@ -1,0 +1,115 @@
+/*-------------------------------------------------------------------------
+ *
+ * identity.c
+ *	  Who the caller is, and whether a session that holds a lease lives.
+ *
+ * A caller's holder identity is, in order: the holder argument, the
+ * leader_election.holder_id setting, or this backend's session identity
+ * "session:<pid>:<backend start in microseconds>".  The start time makes the
+ * identity unique for the life of the cluster even when pids are reused.
+ *
+ * Liveness of a session-bound lease's holder is decided by the lock manager,
+ * not by a clock: the first time a backend takes a lease under its session
+ * identity it takes, for the rest of its life, a session-level advisory lock
+ * in our own key space keyed by (pid, start time).  The lock disappears the
+ * instant the backend exits, however it exits.  Another backend asks "is that
+ * session alive?" by trying a conflicting lock without waiting.
+ *
+ * Consequence (documented): pg_advisory_unlock_all() and DISCARD ALL release
+ * every session-level advisory lock, this one included, and so end the
+ * session's session-bound leases.  The next acquisition re-takes the lock.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "miscadmin.h"
+#include "storage/lock.h"
+#include "utils/memutils.h"
+
+#include "compat.h"
+#include "leader_election.h"
+
+static char *le_session_identity = NULL;
+
+static void
+le_session_locktag(LOCKTAG *tag, int32 pid, TimestampTz started)
+{
+	uint64		s = (uint64) started;
+
+	SET_LOCKTAG_ADVISORY(*tag, (uint32) pid, (uint32) (s >> 32), (uint32) s,
+						 LE_LOCKTAG_SESSION);
+}
+
+static const char *
+le_own_session_identity(void)
+{
+	if (le_session_identity == NULL)
+		le_session_identity = MemoryContextStrdup(TopMemoryContext,
+												  psprintf("%s%d:" INT64_FORMAT,
+														   LE_SESSION_PREFIX,
+														   MyProcPid,
+														   (int64) MyStartTimestamp));
+	return le_session_identity;
+}
+
+/* Resolve the caller's identity; explicit_holder is already validated. */
+LeIdentity
+le_resolve_identity(const char *explicit_holder)
+{
+	LeIdentity	who;
+
+	if (explicit_holder != NULL)
+	{
+		who.holder = pstrdup(explicit_holder);
+		who.session_bound = false;
+	}
+	else if (le_holder_id_setting != NULL && le_holder_id_setting[0] != '\0')
+	{
+		le_check_holder_text(le_holder_id_setting, "leader_election.holder_id");
+		who.holder = pstrdup(le_holder_id_setting);
+		who.session_bound = false;
+	}
+	else
+	{
+		who.holder = pstrdup(le_own_session_identity());
+		who.session_bound = true;
+	}
+	return who;
+}
+
+bool
+le_is_own_session(int32 pid, TimestampTz started)
+{
+	return pid == MyProcPid && started == MyStartTimestamp;
+}
+
+/*
+ * Take this session's liveness lock if it is not held yet.  Probes hold a
+ * conflicting lock only for an instant, so waiting here is short.
+ */
+void
+le_hold_session_liveness_lock(void)
+{
+	LOCKTAG		tag;
+
+	le_session_locktag(&tag, MyProcPid, MyStartTimestamp);
+	if (!le_lock_held_by_me(&tag, ExclusiveLock))
+		(void) LockAcquire(&tag, ExclusiveLock, true, false);
+}
+
+/* Is the backend (pid, started) still running? */
+bool
+le_session_alive(int32 pid, TimestampTz started)
+{
+	LOCKTAG		tag;
+
+	le_session_locktag(&tag, pid, started);
+	if (le_is_own_session(pid, started))
+		return le_lock_held_by_me(&tag, ExclusiveLock);
+
+	if (LockAcquire(&tag, ShareLock, false, true) == LOCKACQUIRE_NOT_AVAIL)
+		return true;
+	LockRelease(&tag, ShareLock, false);
+	return false;
+}

@@ -1,0 +1,127 @@
+/*-------------------------------------------------------------------------
+ *
+ * leader_election.c
+ *	  Module load: settings, shared memory, transaction callbacks and the
+ *	  background worker registration.
+ *
+ * The SQL functions work whether or not the library is preloaded.  With
+ * shared_preload_libraries = 'leader_election' the module also gets shared
+ * memory (instant wakeups for wait_for_leadership) and the task runner's
+ * launcher (worker.c).
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "fmgr.h"
+#include "miscadmin.h"
+#include "storage/ipc.h"
+#include "storage/shmem.h"
+#include "utils/guc.h"
+
+#include "compat.h"
+#include "leader_election.h"
+
+PG_MODULE_MAGIC;
+
+void		_PG_init(void);
+
+char	   *le_holder_id_setting = NULL;
+int			le_history_max_terms = 100;
+int			le_max_names_per_role = 0;
+
+#ifdef LE_HAVE_SHMEM_REQUEST_HOOK
+static shmem_request_hook_type prev_shmem_request_hook = NULL;
+#endif
+static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
+
+static bool
+le_check_holder_id(char **newval, void **extra, GucSource source)
+{
+	const char *problem;
+
+	if (*newval == NULL || (*newval)[0] == '\0')
+		return true;			/* unset: use the session identity */
+	problem = le_label_problem(*newval, LE_MAX_HOLDER_BYTES);
+	if (problem == NULL &&
+		strncmp(*newval, LE_SESSION_PREFIX, strlen(LE_SESSION_PREFIX)) == 0)
+		problem = "must not start with \"" LE_SESSION_PREFIX "\"";
+	if (problem != NULL)
+	{
+		GUC_check_errcode(ERRCODE_INVALID_PARAMETER_VALUE);
+		GUC_check_errmsg("leader_election.holder_id %s", problem);
+		return false;
+	}
+	return true;
+}
+
+static void
+le_define_settings(void)
+{
+	DefineCustomStringVariable("leader_election.holder_id",
+							   "Holder identity used when a function is called without one.",
+							   "Empty means the calling session's own identity, which "
+							   "ends with the session.",
+							   &le_holder_id_setting,
+							   "",
+							   PGC_USERSET,
+							   0,
+							   le_check_holder_id, NULL, NULL);
+
+	DefineCustomIntVariable("leader_election.history_max_terms",
+							"Terms kept per lease name in leader_election.history.",
+							"0 keeps no history.",
+							&le_history_max_terms,
+							100, 0, 1000000,
+							PGC_SUSET,
+							0,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("leader_election.max_names_per_role",
+							"Most lease names one role may create.",
+							"0 means no limit.",
+							&le_max_names_per_role,
+							0, 0, INT_MAX,
+							PGC_SUSET,
+							0,
+							NULL, NULL, NULL);
+}
+
+static void
+le_shmem_request(void)
+{
+#ifdef LE_HAVE_SHMEM_REQUEST_HOOK
+	if (prev_shmem_request_hook)
+		prev_shmem_request_hook();
+#endif
+	RequestAddinShmemSpace(le_wakeup_shmem_size());
+}
+
+static void
+le_shmem_startup(void)
+{
+	if (prev_shmem_startup_hook)
+		prev_shmem_startup_hook();
+	le_wakeup_shmem_init();
+}
+
+void
+_PG_init(void)
+{
+	le_define_settings();
+
+	if (process_shared_preload_libraries_in_progress)
+	{
+#ifdef LE_HAVE_SHMEM_REQUEST_HOOK
+		prev_shmem_request_hook = shmem_request_hook;
+		shmem_request_hook = le_shmem_request;
+#else
+		le_shmem_request();
+#endif
+		prev_shmem_startup_hook = shmem_startup_hook;
+		shmem_startup_hook = le_shmem_startup;
+	}
+
+	le_reserve_guc_prefix("leader_election");
+	le_wakeup_register_callbacks();
+}

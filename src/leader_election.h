@@ -1,0 +1,143 @@
+/*-------------------------------------------------------------------------
+ *
+ * leader_election.h
+ *	  Declarations shared by the files of the leader_election extension.
+ *
+ * Who owns what:
+ *	  leader_election.c  module load: settings, shared memory, callbacks
+ *	  input.c            validation of names, holders and ttls
+ *	  identity.c         who the caller is; whether a session holder lives
+ *	  lease_store.c      every read and write of the lease and history tables
+ *	  lease.c            the protocol and the SQL-callable functions
+ *	  wakeup.c           waking waiters; per-transaction bookkeeping
+ *	  worker.c           the background task runner
+ *
+ * The protocol's invariants are written down once, at the top of lease.c.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef LEADER_ELECTION_H
+#define LEADER_ELECTION_H
+
+#include "postgres.h"
+
+#include "datatype/timestamp.h"
+#include "storage/lock.h"
+
+/* Limits, documented in the README. */
+#define LE_MAX_NAME_BYTES		255
+#define LE_MAX_HOLDER_BYTES		255
+#define LE_MIN_TTL_USECS		(100 * INT64CONST(1000))	/* 100 ms */
+#define LE_MAX_TTL_USECS		(7 * USECS_PER_DAY) /* 7 days */
+
+/* Prefix of session identities; explicit holders may not use it. */
+#define LE_SESSION_PREFIX		"session:"
+
+/* SQLSTATE of a failed assert_leader: class LE, "leader election". */
+#define ERRCODE_LE_NOT_LEADER	MAKE_SQLSTATE('L','E','0','0','1')
+
+/*
+ * Advisory lock key spaces of our own.  pg_advisory_lock() uses field4
+ * values 1 and 2, so keys with these field4 values can never block, or be
+ * blocked by, an application's advisory locks.  They show in pg_locks as
+ * locktype 'advisory' with objsubid 19525 and 19526.
+ */
+#define LE_LOCKTAG_WRITER		0x4C45	/* one writer per name at a time */
+#define LE_LOCKTAG_SESSION		0x4C46	/* "this session is alive" */
+
+/* NOTIFY channel for changes of leader. */
+#define LE_NOTIFY_CHANNEL		"leader_election"
+
+/*
+ * The lease row as this backend saw it.  Strings are palloc'd in the
+ * caller's memory context.
+ */
+typedef struct LeaseRow
+{
+	bool		found;			/* is there a row for the name at all? */
+	Oid			owner;			/* role the name belongs to */
+	char	   *holder;			/* NULL when released or never held */
+	int64		term;
+	TimestampTz acquired_at;
+	TimestampTz renewed_at;
+	TimestampTz expires_at;
+	int32		session_pid;	/* 0 unless the lease is session-bound */
+	TimestampTz session_start;
+	int32		holder_pid;
+	Oid			holder_role;
+	char	   *application_name;	/* may be NULL */
+	bool		client_addr_null;
+	Datum		client_addr;	/* inet, valid unless client_addr_null */
+} LeaseRow;
+
+/* Who is asking. */
+typedef struct LeIdentity
+{
+	char	   *holder;			/* the holder string stored in the row */
+	bool		session_bound;	/* holder is this backend's own session */
+} LeIdentity;
+
+/* Why a term ended, as recorded in leader_election.history. */
+typedef enum LeEndReason
+{
+	LE_END_RELEASED,
+	LE_END_EXPIRED,
+	LE_END_SESSION_ENDED
+} LeEndReason;
+
+/* settings (leader_election.c) */
+extern char *le_holder_id_setting;
+extern int	le_history_max_terms;
+extern int	le_max_names_per_role;
+
+/* input.c */
+extern char *le_checked_name(FunctionCallInfo fcinfo, int argno);
+extern char *le_checked_optional_holder(FunctionCallInfo fcinfo, int argno);
+extern const char *le_label_problem(const char *s, int max_bytes);
+extern void le_check_holder_text(const char *holder, const char *what);
+extern int64 le_checked_interval(FunctionCallInfo fcinfo, int argno,
+								 const char *what, int64 min_usecs,
+								 int64 max_usecs, const char *bounds);
+
+/* identity.c */
+extern LeIdentity le_resolve_identity(const char *explicit_holder);
+extern void le_hold_session_liveness_lock(void);
+extern bool le_session_alive(int32 pid, TimestampTz started);
+extern bool le_is_own_session(int32 pid, TimestampTz started);
+
+/* lease_store.c */
+extern void le_store_read(const char *name, LeaseRow *row);
+extern bool le_store_lock_row(const char *name, bool for_takeover,
+							  LeaseRow *row);
+extern void le_store_insert(const char *name, const LeIdentity *who,
+							int64 term, TimestampTz now, TimestampTz expires);
+extern void le_store_renew(const char *name, int64 term, TimestampTz now,
+						   TimestampTz expires);
+extern void le_store_take_over(const char *name, const LeIdentity *who,
+							   int64 old_term, int64 new_term,
+							   TimestampTz now, TimestampTz expires);
+extern void le_store_release(const char *name, int64 term, TimestampTz now);
+extern int64 le_store_count_names(Oid owner);
+extern void le_history_begin(const char *name, int64 term,
+							 const LeIdentity *who, Oid owner,
+							 TimestampTz at);
+extern void le_history_end(const char *name, int64 term, TimestampTz at,
+						   LeEndReason reason);
+
+/* lease.c */
+extern bool le_lease_valid(const LeaseRow *row, TimestampTz now);
+extern bool le_try_acquire(const char *name, int64 ttl_usecs,
+						   const LeIdentity *who, TimestampTz *retry_at);
+
+/* wakeup.c */
+extern Size le_wakeup_shmem_size(void);
+extern void le_wakeup_shmem_init(void);
+extern void le_wakeup_register_callbacks(void);
+extern void le_xact_touched(const char *name);
+extern void le_wake_on_session_exit(const char *name);
+extern void le_wait_begin(const char *name);
+extern void le_wait_sleep(TimestampTz until);
+extern void le_wait_end(void);
+extern int32 le_waiting_candidates(const char *name);
+
+#endif							/* LEADER_ELECTION_H */

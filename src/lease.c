@@ -1,0 +1,630 @@
+/*-------------------------------------------------------------------------
+ *
+ * lease.c
+ *	  The lease protocol and the SQL functions that expose it.
+ *
+ * THE INVARIANTS (tests point here; the README repeats them in prose)
+ *
+ * I1  At most one holder per (name, term).  Every write of a lease row is
+ *     made by a transaction holding the name's writer lock: a transaction-
+ *     level advisory lock in our own key space (LE_LOCKTAG_WRITER), taken
+ *     without waiting and kept until commit or abort once something was
+ *     written.  After taking it the row is read again with a fresh snapshot,
+ *     so the decision is made on the latest committed state.
+ *
+ * I2  Terms strictly increase per name and are never reused.  A new term is
+ *     the old term + 1, and never less than (timeline - 1) * 2^32 + 1, so a
+ *     standby promoted onto a new timeline hands out terms above every term
+ *     its old primary could have issued, even commits it never received.
+ *     Renewals keep the term; release keeps the row and the term.
+ *
+ * I3  A lease is valid iff it has a holder, the server's clock at the moment
+ *     of the call is before expires_at, and, if session-bound, the holder's
+ *     backend is alive (identity.c).  Only an invalid lease changes holder.
+ *
+ * I4  Commit is the linearisation point.  Everything is written in the
+ *     caller's transaction; rollback (or rollback to a savepoint) voids it.
+ *     PREPARE TRANSACTION of a transaction that wrote or fenced a lease is
+ *     refused (wakeup.c), so no lease decision can outlive its session.
+ *
+ * I5  Answers reflect the latest committed state at call time under every
+ *     isolation level (lease_store.c reads with a fresh snapshot); writes
+ *     that would act on a row changed after a REPEATABLE READ or
+ *     SERIALIZABLE snapshot fail with 40001 rather than return a stale true.
+ *
+ * I6  Fencing: assert_leader locks the row FOR KEY SHARE after checking the
+ *     caller holds a valid lease.  A takeover must lock the row FOR UPDATE,
+ *     which conflicts, so no other holder is elected until the fenced
+ *     transaction ends.  Renewals and releases (FOR NO KEY UPDATE) do not
+ *     conflict with a fence: the holder's own fenced work never blocks its
+ *     renewals.
+ *
+ * I7  Nothing waits behind another session's open transaction, except
+ *     release_leader, which waits for the writer lock.  An answer of "no"
+ *     (a valid lease held by someone else) takes no lock and writes nothing.
+ *
+ * I8  A name belongs to the role that first used it; other roles (unless
+ *     members of it, or superusers) get 42501 on every function.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "commands/async.h"
+#include "common/hashfn.h"
+#include "funcapi.h"
+#include "lib/stringinfo.h"
+#include "miscadmin.h"
+#include "storage/lmgr.h"
+#include "tcop/utility.h"
+#include "utils/acl.h"
+#include "utils/builtins.h"
+#include "utils/json.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/timestamp.h"
+
+#include "compat.h"
+#include "leader_election.h"
+
+PG_FUNCTION_INFO_V1(try_acquire_leader);
+PG_FUNCTION_INFO_V1(am_leader);
+PG_FUNCTION_INFO_V1(release_leader);
+PG_FUNCTION_INFO_V1(wait_for_leadership);
+PG_FUNCTION_INFO_V1(leader_term);
+PG_FUNCTION_INFO_V1(assert_leader);
+PG_FUNCTION_INFO_V1(current_leader);
+PG_FUNCTION_INFO_V1(le_lease_is_valid);
+
+/* ---- building blocks ---- */
+
+/* The writer lock of a name: (database, 64-bit hash of the name). */
+static void
+le_writer_locktag(LOCKTAG *tag, const char *name)
+{
+	uint64		h = hash_bytes_extended((const unsigned char *) name,
+										strlen(name), 0);
+
+	SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId, (uint32) (h >> 32), (uint32) h,
+						 LE_LOCKTAG_WRITER);
+}
+
+/*
+ * Take the writer lock.  Without waiting unless wait is true; a hash
+ * collision between two names only makes them take turns, it never lets
+ * two writers of one name in at once.
+ */
+static bool
+le_lock_writer(const char *name, bool wait)
+{
+	LOCKTAG		tag;
+
+	le_writer_locktag(&tag, name);
+	return LockAcquire(&tag, ExclusiveLock, false, !wait) != LOCKACQUIRE_NOT_AVAIL;
+}
+
+/*
+ * Give the writer lock back when this call wrote nothing.  If an earlier
+ * call in this transaction wrote, the lock count keeps it held.
+ */
+static void
+le_unlock_writer(const char *name)
+{
+	LOCKTAG		tag;
+
+	le_writer_locktag(&tag, name);
+	LockRelease(&tag, ExclusiveLock, false);
+}
+
+/* I2: the term after old_term on the current timeline. */
+static int64
+le_next_term(int64 old_term)
+{
+	int64		base = ((int64) le_current_timeline() - 1) << 32;
+	int64		next = old_term + 1;
+
+	if (next <= base)
+		return base + 1;
+	if ((old_term >> 32) == (base >> 32) && (next >> 32) != (base >> 32))
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("lease has used every term of this timeline"),
+				 errdetail("Each timeline allows 2^32 changes of leader per name.")));
+	return next;
+}
+
+/* I3 */
+bool
+le_lease_valid(const LeaseRow *row, TimestampTz now)
+{
+	if (!row->found || row->holder == NULL || row->expires_at <= now)
+		return false;
+	if (row->session_pid != 0)
+		return le_session_alive(row->session_pid, row->session_start);
+	return true;
+}
+
+static bool
+le_is_mine(const LeaseRow *row, const LeIdentity *who)
+{
+	return row->found && row->holder != NULL &&
+		strcmp(row->holder, who->holder) == 0;
+}
+
+/* I8 */
+static void
+le_check_owner(const char *name, const LeaseRow *row)
+{
+	Oid			me = GetUserId();
+
+	if (!row->found || row->owner == me || has_privs_of_role(me, row->owner))
+		return;
+	ereport(ERROR,
+			(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+			 errmsg("permission denied for lease \"%s\"", name),
+			 errdetail("The lease name belongs to role \"%s\".",
+					   GetUserNameFromId(row->owner, true) ?
+					   GetUserNameFromId(row->owner, true) : "(dropped role)")));
+}
+
+/* Write functions refuse read-only transactions and hot standbys (25006). */
+static void
+le_prevent_if_read_only(const char *function)
+{
+	PreventCommandDuringRecovery(function);
+	PreventCommandIfReadOnly(function);
+}
+
+static int64
+le_checked_ttl(FunctionCallInfo fcinfo, int argno)
+{
+	return le_checked_interval(fcinfo, argno, "ttl", LE_MIN_TTL_USECS,
+							   LE_MAX_TTL_USECS,
+							   "100 milliseconds and 7 days");
+}
+
+/*
+ * NOTIFY leader_election, '{"name":..,"event":..,"holder":..,"term":..,
+ * "reason":..}'.  Sent at commit, like any NOTIFY.
+ */
+static void
+le_notify(const char *name, const char *event, const char *holder,
+		  int64 term, const char *reason)
+{
+	StringInfoData buf;
+
+	initStringInfo(&buf);
+	appendStringInfoString(&buf, "{\"name\":");
+	escape_json(&buf, name);
+	appendStringInfo(&buf, ",\"event\":\"%s\",\"holder\":", event);
+	if (holder != NULL)
+		escape_json(&buf, holder);
+	else
+		appendStringInfoString(&buf, "null");
+	appendStringInfo(&buf, ",\"term\":" INT64_FORMAT ",\"reason\":\"%s\"}",
+					 term, reason);
+	Async_Notify(LE_NOTIFY_CHANNEL, buf.data);
+}
+
+/* How the term in *row ended, if a new holder takes it over now. */
+static LeEndReason
+le_end_reason(const LeaseRow *row, TimestampTz now, TimestampTz *ended_at)
+{
+	if (row->session_pid != 0 && row->expires_at > now)
+	{
+		*ended_at = now;
+		return LE_END_SESSION_ENDED;
+	}
+	*ended_at = row->expires_at;
+	return LE_END_EXPIRED;
+}
+
+static const char *const le_end_reason_names[] = {
+	[LE_END_RELEASED] = "released",
+	[LE_END_EXPIRED] = "expired",
+	[LE_END_SESSION_ENDED] = "session_ended",
+};
+
+/* Bookkeeping after this transaction took or renewed a lease. */
+static void
+le_after_grant(const char *name, const LeIdentity *who)
+{
+	le_xact_touched(name);
+	if (who->session_bound)
+	{
+		le_hold_session_liveness_lock();
+		le_wake_on_session_exit(name);
+	}
+}
+
+/*
+ * The whole of try_acquire_leader, also the step wait_for_leadership
+ * repeats.  Returns true if the caller holds the lease when its transaction
+ * commits.  On false, *retry_at says when trying again could succeed: the
+ * current lease's expiry, or 0 if the lease is busy with another writer or
+ * a fenced transaction (whose end wakes waiters, wakeup.c).
+ */
+bool
+le_try_acquire(const char *name, int64 ttl_usecs, const LeIdentity *who,
+			   TimestampTz *retry_at)
+{
+	LeaseRow	row;
+	LeaseRow	locked;
+	TimestampTz now = GetCurrentTimestamp();
+	TimestampTz ended_at;
+	LeEndReason reason;
+	int64		term;
+
+	*retry_at = 0;
+
+	/* The cheap look, without any lock: "no" ends here (I7). */
+	le_store_read(name, &row);
+	le_check_owner(name, &row);
+	if (!le_is_mine(&row, who) && le_lease_valid(&row, now))
+	{
+		*retry_at = row.expires_at;
+		return false;
+	}
+
+	/* Something to write: take the writer lock and look again (I1). */
+	if (!le_lock_writer(name, false))
+		return false;
+	now = GetCurrentTimestamp();
+	le_store_read(name, &row);
+	le_check_owner(name, &row);
+
+	if (!row.found)
+	{
+		if (le_max_names_per_role > 0 &&
+			le_store_count_names(GetUserId()) >= le_max_names_per_role)
+			ereport(ERROR,
+					(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+					 errmsg("role \"%s\" already uses %d lease names",
+							GetUserNameFromId(GetUserId(), false),
+							le_max_names_per_role),
+					 errhint("Reuse a name, or raise leader_election.max_names_per_role.")));
+		term = le_next_term(0);
+		le_store_insert(name, who, term, now, now + ttl_usecs);
+		le_history_begin(name, term, who, GetUserId(), now);
+		le_notify(name, "elected", who->holder, term, "none");
+		le_after_grant(name, who);
+		return true;
+	}
+
+	if (le_is_mine(&row, who))
+	{
+		le_store_renew(name, row.term, now, now + ttl_usecs);
+		le_after_grant(name, who);
+		return true;
+	}
+
+	if (le_lease_valid(&row, now))
+	{
+		le_unlock_writer(name);
+		*retry_at = row.expires_at;
+		return false;
+	}
+
+	/* Free: take it over unless a fenced transaction still holds it (I6). */
+	if (!le_store_lock_row(name, true, &locked))
+	{
+		le_unlock_writer(name);
+		return false;
+	}
+	Assert(locked.term == row.term);
+
+	term = le_next_term(locked.term);
+	if (locked.holder != NULL)
+	{
+		reason = le_end_reason(&locked, now, &ended_at);
+		le_history_end(name, locked.term, ended_at, reason);
+	}
+	else
+		reason = LE_END_RELEASED;
+	le_store_take_over(name, who, locked.term, term, now, now + ttl_usecs);
+	le_history_begin(name, term, who, locked.owner, now);
+	le_notify(name, "elected", who->holder, term, le_end_reason_names[reason]);
+	le_after_grant(name, who);
+	return true;
+}
+
+/* ---- SQL-callable functions ---- */
+
+/* try_acquire_leader(name text, ttl interval, holder text) returns boolean */
+Datum
+try_acquire_leader(PG_FUNCTION_ARGS)
+{
+	char	   *name = le_checked_name(fcinfo, 0);
+	int64		ttl = le_checked_ttl(fcinfo, 1);
+	char	   *holder = le_checked_optional_holder(fcinfo, 2);
+	LeIdentity	who;
+	TimestampTz retry_at;
+
+	le_prevent_if_read_only("try_acquire_leader()");
+	who = le_resolve_identity(holder);
+	PG_RETURN_BOOL(le_try_acquire(name, ttl, &who, &retry_at));
+}
+
+/*
+ * The caller's valid lease on name, or NULL.  Read-only: works on a standby
+ * from replicated state.
+ */
+static LeaseRow *
+le_own_valid_lease(FunctionCallInfo fcinfo, int holder_argno)
+{
+	char	   *name = le_checked_name(fcinfo, 0);
+	char	   *holder = le_checked_optional_holder(fcinfo, holder_argno);
+	LeIdentity	who = le_resolve_identity(holder);
+	LeaseRow   *row = palloc(sizeof(LeaseRow));
+
+	le_store_read(name, row);
+	le_check_owner(name, row);
+	if (le_is_mine(row, &who) && le_lease_valid(row, GetCurrentTimestamp()))
+		return row;
+	return NULL;
+}
+
+/* am_leader(name text, holder text) returns boolean */
+Datum
+am_leader(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_BOOL(le_own_valid_lease(fcinfo, 1) != NULL);
+}
+
+/* leader_term(name text, holder text) returns bigint */
+Datum
+leader_term(PG_FUNCTION_ARGS)
+{
+	LeaseRow   *row = le_own_valid_lease(fcinfo, 1);
+
+	if (row == NULL)
+		PG_RETURN_NULL();
+	PG_RETURN_INT64(row->term);
+}
+
+/* release_leader(name text, holder text) returns boolean */
+Datum
+release_leader(PG_FUNCTION_ARGS)
+{
+	char	   *name = le_checked_name(fcinfo, 0);
+	char	   *holder = le_checked_optional_holder(fcinfo, 1);
+	LeIdentity	who;
+	LeaseRow	row;
+	TimestampTz now;
+
+	le_prevent_if_read_only("release_leader()");
+	who = le_resolve_identity(holder);
+
+	le_store_read(name, &row);
+	le_check_owner(name, &row);
+	if (!le_is_mine(&row, &who))
+		PG_RETURN_BOOL(false);
+
+	(void) le_lock_writer(name, true);
+	le_store_read(name, &row);
+	if (!le_is_mine(&row, &who))
+	{
+		le_unlock_writer(name);
+		PG_RETURN_BOOL(false);
+	}
+	now = GetCurrentTimestamp();
+	le_history_end(name, row.term, now, LE_END_RELEASED);
+	le_store_release(name, row.term, now);
+	le_notify(name, "released", who.holder, row.term, "released");
+	le_xact_touched(name);
+	PG_RETURN_BOOL(true);
+}
+
+/*
+ * assert_leader(name text, term bigint, holder text) returns bigint
+ *
+ * I6.  Raises ERRCODE_LE_NOT_LEADER (LE001) unless the caller holds a valid
+ * lease, with the given term if one is given.
+ */
+Datum
+assert_leader(PG_FUNCTION_ARGS)
+{
+	char	   *name = le_checked_name(fcinfo, 0);
+	bool		term_given = !PG_ARGISNULL(1);
+	int64		term = term_given ? PG_GETARG_INT64(1) : 0;
+	char	   *holder = le_checked_optional_holder(fcinfo, 2);
+	LeIdentity	who;
+	LeaseRow	row;
+
+	le_prevent_if_read_only("assert_leader()");
+	who = le_resolve_identity(holder);
+
+	if (!le_store_lock_row(name, false, &row))
+	{
+		le_store_read(name, &row);
+		le_check_owner(name, &row);
+		ereport(ERROR,
+				(errcode(ERRCODE_LE_NOT_LEADER),
+				 errmsg("not the leader of \"%s\"", name),
+				 row.found ?
+				 errdetail("Another holder is taking the lease over.") :
+				 errdetail("Nobody has held this lease yet.")));
+	}
+	le_check_owner(name, &row);
+	if (!le_is_mine(&row, &who))
+		ereport(ERROR,
+				(errcode(ERRCODE_LE_NOT_LEADER),
+				 errmsg("not the leader of \"%s\"", name),
+				 errdetail("The lease is held by another holder, or by nobody.")));
+	if (!le_lease_valid(&row, GetCurrentTimestamp()))
+		ereport(ERROR,
+				(errcode(ERRCODE_LE_NOT_LEADER),
+				 errmsg("not the leader of \"%s\"", name),
+				 errdetail("The caller's lease has expired.")));
+	if (term_given && term != row.term)
+		ereport(ERROR,
+				(errcode(ERRCODE_LE_NOT_LEADER),
+				 errmsg("not the leader of \"%s\" in term " INT64_FORMAT,
+						name, term),
+				 errdetail("The current term is " INT64_FORMAT ".", row.term)));
+	le_xact_touched(name);
+	PG_RETURN_INT64(row.term);
+}
+
+/*
+ * wait_for_leadership(name text, ttl interval, timeout interval,
+ *					   holder text) returns boolean
+ *
+ * Tries, then sleeps until the lease could have become free: until its
+ * expiry, or until a writer or fence on the name ends, or the holder's
+ * session exits (wakeup.c).  Never polls when the library is preloaded.
+ */
+Datum
+wait_for_leadership(PG_FUNCTION_ARGS)
+{
+	char	   *name = le_checked_name(fcinfo, 0);
+	int64		ttl = le_checked_ttl(fcinfo, 1);
+	bool		forever = PG_ARGISNULL(2);
+	int64		timeout = forever ? 0 :
+		le_checked_interval(fcinfo, 2, "timeout", 0, INT64CONST(100) * 365 * USECS_PER_DAY,
+							"0 and 36500 days");
+	char	   *holder = le_checked_optional_holder(fcinfo, 3);
+	LeIdentity	who;
+	TimestampTz deadline;
+	MemoryContext attempt_cxt;
+	MemoryContext old_cxt;
+	bool		acquired = false;
+
+	le_prevent_if_read_only("wait_for_leadership()");
+	who = le_resolve_identity(holder);
+	deadline = forever ? DT_NOEND : GetCurrentTimestamp() + timeout;
+	attempt_cxt = AllocSetContextCreate(CurrentMemoryContext,
+										"leader_election wait attempt",
+										ALLOCSET_SMALL_SIZES);
+
+	le_wait_begin(name);
+	PG_TRY();
+	{
+		for (;;)
+		{
+			TimestampTz retry_at;
+			TimestampTz now;
+
+			CHECK_FOR_INTERRUPTS();
+			old_cxt = MemoryContextSwitchTo(attempt_cxt);
+			acquired = le_try_acquire(name, ttl, &who, &retry_at);
+			MemoryContextSwitchTo(old_cxt);
+			MemoryContextReset(attempt_cxt);
+			if (acquired)
+				break;
+			now = GetCurrentTimestamp();
+			if (now >= deadline)
+				break;
+			le_wait_sleep(retry_at != 0 && retry_at < deadline ? retry_at : deadline);
+		}
+	}
+	PG_FINALLY();
+	{
+		le_wait_end();
+	}
+	PG_END_TRY();
+
+	MemoryContextDelete(attempt_cxt);
+	PG_RETURN_BOOL(acquired);
+}
+
+/*
+ * current_leader(name text) returns table (holder, term, acquired_at,
+ * renewed_at, expires_at, session_bound, pid, role, application_name,
+ * client_addr): one row if somebody validly holds the lease, else none.
+ */
+Datum
+current_leader(PG_FUNCTION_ARGS)
+{
+	FuncCallContext *funcctx;
+
+	if (SRF_IS_FIRSTCALL())
+	{
+		MemoryContext old;
+		char	   *name;
+		LeaseRow   *row;
+		TupleDesc	desc;
+
+		funcctx = SRF_FIRSTCALL_INIT();
+		old = MemoryContextSwitchTo(funcctx->multi_call_memory_ctx);
+		name = le_checked_name(fcinfo, 0);
+		row = palloc(sizeof(LeaseRow));
+		le_store_read(name, row);
+		le_check_owner(name, row);
+		if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
+			elog(ERROR, "current_leader must return a composite type");
+		funcctx->tuple_desc = BlessTupleDesc(desc);
+		funcctx->user_fctx = row;
+		funcctx->max_calls = le_lease_valid(row, GetCurrentTimestamp()) ? 1 : 0;
+		MemoryContextSwitchTo(old);
+	}
+
+	funcctx = SRF_PERCALL_SETUP();
+	if (funcctx->call_cntr < funcctx->max_calls)
+	{
+		LeaseRow   *row = funcctx->user_fctx;
+		Datum		values[10];
+		bool		nulls[10] = {0};
+		char	   *role = GetUserNameFromId(row->holder_role, true);
+
+		values[0] = CStringGetTextDatum(row->holder);
+		values[1] = Int64GetDatum(row->term);
+		values[2] = TimestampTzGetDatum(row->acquired_at);
+		values[3] = TimestampTzGetDatum(row->renewed_at);
+		values[4] = TimestampTzGetDatum(row->expires_at);
+		values[5] = BoolGetDatum(row->session_pid != 0);
+		values[6] = Int32GetDatum(row->holder_pid);
+		if (role != NULL)
+			values[7] = DirectFunctionCall1(namein, CStringGetDatum(role));
+		else
+			nulls[7] = true;
+		if (row->application_name != NULL)
+			values[8] = CStringGetTextDatum(row->application_name);
+		else
+			nulls[8] = true;
+		values[9] = row->client_addr;
+		nulls[9] = row->client_addr_null;
+		SRF_RETURN_NEXT(funcctx,
+						HeapTupleGetDatum(heap_form_tuple(funcctx->tuple_desc,
+														  values, nulls)));
+	}
+	SRF_RETURN_DONE(funcctx);
+}
+
+/*
+ * leader_election.lease_is_valid(holder, expires_at, session_pid,
+ * session_start): I3 for the leaders view.
+ */
+Datum
+le_lease_is_valid(PG_FUNCTION_ARGS)
+{
+	LeaseRow	row = {0};
+
+	row.found = true;
+	row.holder = PG_ARGISNULL(0) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(0));
+	if (PG_ARGISNULL(1))
+		PG_RETURN_BOOL(false);
+	row.expires_at = PG_GETARG_TIMESTAMPTZ(1);
+	row.session_pid = PG_ARGISNULL(2) ? 0 : PG_GETARG_INT32(2);
+	row.session_start = PG_ARGISNULL(3) ? 0 : PG_GETARG_TIMESTAMPTZ(3);
+	PG_RETURN_BOOL(le_lease_valid(&row, GetCurrentTimestamp()));
+}
+
+/*
+ * leader_election.waiting_candidates(name text) returns integer: sessions
+ * blocked in wait_for_leadership() for the name; NULL without preloading.
+ */
+PG_FUNCTION_INFO_V1(le_waiting_candidates_sql);
+Datum
+le_waiting_candidates_sql(PG_FUNCTION_ARGS)
+{
+	int32		n;
+
+	if (PG_ARGISNULL(0))
+		PG_RETURN_NULL();
+	n = le_waiting_candidates(text_to_cstring(PG_GETARG_TEXT_PP(0)));
+	if (n < 0)
+		PG_RETURN_NULL();
+	PG_RETURN_INT32(n);
+}

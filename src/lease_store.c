@@ -1,0 +1,614 @@
+/*-------------------------------------------------------------------------
+ *
+ * lease_store.c
+ *	  Every read and write of leader_election.leases and .history.
+ *
+ * Reads go straight through the primary key index with a snapshot taken at
+ * the moment of the call (GetLatestSnapshot), whatever the isolation level:
+ * an answer always reflects the latest committed state, never the
+ * transaction's older snapshot.  That read takes no row lock and writes
+ * nothing, which is what lets "no" answers cost one index probe.
+ *
+ * Writes go through SPI plans prepared once per backend and kept; they run
+ * with the table owner's privileges (ordinary roles have no rights on the
+ * tables) and under the caller's transaction, so they take effect at commit
+ * and vanish on rollback.  Under REPEATABLE READ or SERIALIZABLE a write
+ * whose row changed after the transaction's snapshot fails with 40001, as
+ * any UPDATE would.
+ *
+ * This file decides nothing: lease.c decides, under the writer lock, what
+ * to write.  This file must never be called to write without that lock.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/genam.h"
+#include "access/htup_details.h"
+#include "access/table.h"
+#include "access/tableam.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_collation.h"
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "executor/tuptable.h"
+#include "fmgr.h"
+#include "miscadmin.h"
+#include "utils/builtins.h"
+#include "utils/datum.h"
+#include "utils/fmgroids.h"
+#include "utils/guc.h"
+#include "utils/inet.h"
+#include "utils/inval.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/rel.h"
+#include "utils/snapmgr.h"
+
+#include "leader_election.h"
+
+/* Columns of leader_election.leases, in table order (checked on load). */
+enum
+{
+	COL_NAME = 0,
+	COL_OWNER,
+	COL_HOLDER,
+	COL_TERM,
+	COL_ACQUIRED_AT,
+	COL_RENEWED_AT,
+	COL_EXPIRES_AT,
+	COL_SESSION_PID,
+	COL_SESSION_START,
+	COL_HOLDER_PID,
+	COL_HOLDER_ROLE,
+	COL_APPLICATION_NAME,
+	COL_CLIENT_ADDR,
+	LEASE_NCOLS
+};
+
+static const char *const le_lease_columns[LEASE_NCOLS] = {
+	"name", "owner", "holder", "term", "acquired_at", "renewed_at",
+	"expires_at", "session_pid", "session_start", "holder_pid",
+	"holder_role", "application_name", "client_addr"
+};
+
+#define LE_SELECT_COLUMNS \
+	"name, owner, holder, term, acquired_at, renewed_at, expires_at, " \
+	"session_pid, session_start, holder_pid, holder_role, " \
+	"application_name, client_addr"
+
+/*
+ * Per-backend cache of the relation OIDs.  A relcache invalidation of
+ * either relation (or of everything) clears it; the next call looks them
+ * up again, so DROP and CREATE EXTENSION in another session are seen.
+ */
+typedef struct LeStoreCache
+{
+	bool		valid;
+	Oid			leases;
+	Oid			leases_pkey;
+	Oid			table_owner;
+} LeStoreCache;
+
+static LeStoreCache le_cache;
+static bool le_cache_callback_registered = false;
+
+static void
+le_store_invalidate(Datum arg, Oid relid)
+{
+	if (relid == InvalidOid || relid == le_cache.leases ||
+		relid == le_cache.leases_pkey)
+		le_cache.valid = false;
+}
+
+static void
+le_store_check_columns(Relation rel)
+{
+	TupleDesc	desc = RelationGetDescr(rel);
+
+	if (desc->natts != LEASE_NCOLS)
+		elog(ERROR, "leader_election.leases has %d columns, expected %d",
+			 desc->natts, LEASE_NCOLS);
+	for (int i = 0; i < LEASE_NCOLS; i++)
+		if (strcmp(NameStr(TupleDescAttr(desc, i)->attname),
+				   le_lease_columns[i]) != 0)
+			elog(ERROR, "leader_election.leases column %d is \"%s\", expected \"%s\"",
+				 i + 1, NameStr(TupleDescAttr(desc, i)->attname),
+				 le_lease_columns[i]);
+}
+
+static void
+le_store_load_cache(void)
+{
+	Oid			nsp;
+	Relation	rel;
+
+	if (le_cache.valid)
+		return;
+	if (!le_cache_callback_registered)
+	{
+		CacheRegisterRelcacheCallback(le_store_invalidate, (Datum) 0);
+		le_cache_callback_registered = true;
+	}
+
+	nsp = get_namespace_oid("leader_election", true);
+	le_cache.leases = OidIsValid(nsp) ? get_relname_relid("leases", nsp) : InvalidOid;
+	le_cache.leases_pkey = OidIsValid(nsp) ? get_relname_relid("leases_pkey", nsp) : InvalidOid;
+	if (!OidIsValid(le_cache.leases) || !OidIsValid(le_cache.leases_pkey))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("extension \"leader_election\" is not installed in this database"),
+				 errhint("Run CREATE EXTENSION leader_election;")));
+
+	rel = table_open(le_cache.leases, AccessShareLock);
+	le_store_check_columns(rel);
+	le_cache.table_owner = rel->rd_rel->relowner;
+	table_close(rel, NoLock);
+	le_cache.valid = true;
+}
+
+/* Fill *row from one lease tuple's columns; strings go to CurrentMemoryContext. */
+static void
+le_row_from_datums(Datum *values, bool *nulls, LeaseRow *row)
+{
+	memset(row, 0, sizeof(LeaseRow));
+	row->found = true;
+	row->owner = DatumGetObjectId(values[COL_OWNER]);
+	row->holder = nulls[COL_HOLDER] ? NULL : TextDatumGetCString(values[COL_HOLDER]);
+	row->term = DatumGetInt64(values[COL_TERM]);
+	row->acquired_at = nulls[COL_ACQUIRED_AT] ? 0 : DatumGetTimestampTz(values[COL_ACQUIRED_AT]);
+	row->renewed_at = nulls[COL_RENEWED_AT] ? 0 : DatumGetTimestampTz(values[COL_RENEWED_AT]);
+	row->expires_at = nulls[COL_EXPIRES_AT] ? 0 : DatumGetTimestampTz(values[COL_EXPIRES_AT]);
+	row->session_pid = nulls[COL_SESSION_PID] ? 0 : DatumGetInt32(values[COL_SESSION_PID]);
+	row->session_start = nulls[COL_SESSION_START] ? 0 : DatumGetTimestampTz(values[COL_SESSION_START]);
+	row->holder_pid = nulls[COL_HOLDER_PID] ? 0 : DatumGetInt32(values[COL_HOLDER_PID]);
+	row->holder_role = nulls[COL_HOLDER_ROLE] ? InvalidOid : DatumGetObjectId(values[COL_HOLDER_ROLE]);
+	row->application_name = nulls[COL_APPLICATION_NAME] ? NULL :
+		TextDatumGetCString(values[COL_APPLICATION_NAME]);
+	row->client_addr_null = nulls[COL_CLIENT_ADDR];
+	if (!row->client_addr_null)
+		row->client_addr = datumCopy(values[COL_CLIENT_ADDR], false, -1);
+}
+
+void
+le_store_read(const char *name, LeaseRow *row)
+{
+	Relation	rel;
+	Relation	idx;
+	ScanKeyData key;
+	IndexScanDesc scan;
+	TupleTableSlot *slot;
+	Snapshot	snap;
+
+	le_store_load_cache();
+	rel = table_open(le_cache.leases, AccessShareLock);
+	idx = index_open(le_cache.leases_pkey, AccessShareLock);
+
+	ScanKeyEntryInitialize(&key, 0, 1, BTEqualStrategyNumber, InvalidOid,
+						   C_COLLATION_OID, F_TEXTEQ,
+						   PointerGetDatum(cstring_to_text(name)));
+	snap = RegisterSnapshot(GetLatestSnapshot());
+	slot = table_slot_create(rel, NULL);
+	scan = index_beginscan(rel, idx, snap, 1, 0);
+	index_rescan(scan, &key, 1, NULL, 0);
+
+	if (index_getnext_slot(scan, ForwardScanDirection, slot))
+	{
+		slot_getallattrs(slot);
+		le_row_from_datums(slot->tts_values, slot->tts_isnull, row);
+	}
+	else
+	{
+		memset(row, 0, sizeof(LeaseRow));
+		row->found = false;
+	}
+
+	index_endscan(scan);
+	ExecDropSingleTupleTableSlot(slot);
+	UnregisterSnapshot(snap);
+	index_close(idx, NoLock);
+	table_close(rel, NoLock);
+}
+
+/*
+ * SPI plumbing.  Each statement is prepared on first use and kept for the
+ * life of the backend; the plan cache re-plans it if the table is replaced.
+ */
+typedef enum LeStmt
+{
+	STMT_INSERT,
+	STMT_RENEW,
+	STMT_TAKE_OVER,
+	STMT_RELEASE,
+	STMT_LOCK_FOR_TAKEOVER,
+	STMT_LOCK_FOR_FENCE,
+	STMT_COUNT_NAMES,
+	STMT_HISTORY_BEGIN,
+	STMT_HISTORY_TRIM,
+	STMT_HISTORY_END,
+	STMT_COUNT
+} LeStmt;
+
+typedef struct LeStmtDef
+{
+	const char *sql;
+	int			nargs;
+	Oid			argtypes[13];
+} LeStmtDef;
+
+static const LeStmtDef le_stmts[STMT_COUNT] = {
+	[STMT_INSERT] = {
+		"INSERT INTO leader_election.leases (" LE_SELECT_COLUMNS ") "
+		"VALUES ($1, $2, $3, $4, $5, $5, $6, $7, $8, $9, $10, $11, $12)",
+		12, {TEXTOID, OIDOID, TEXTOID, INT8OID, TIMESTAMPTZOID, TIMESTAMPTZOID,
+		INT4OID, TIMESTAMPTZOID, INT4OID, OIDOID, TEXTOID, INETOID}
+	},
+	[STMT_RENEW] = {
+		"UPDATE leader_election.leases SET renewed_at = $3, expires_at = $4, "
+		"holder_pid = $5, holder_role = $6, application_name = $7, client_addr = $8 "
+		"WHERE name OPERATOR(pg_catalog.=) $1 AND term OPERATOR(pg_catalog.=) $2",
+		8, {TEXTOID, INT8OID, TIMESTAMPTZOID, TIMESTAMPTZOID, INT4OID, OIDOID,
+		TEXTOID, INETOID}
+	},
+	[STMT_TAKE_OVER] = {
+		"UPDATE leader_election.leases SET holder = $3, term = $4, "
+		"acquired_at = $5, renewed_at = $5, expires_at = $6, session_pid = $7, "
+		"session_start = $8, holder_pid = $9, holder_role = $10, "
+		"application_name = $11, client_addr = $12 "
+		"WHERE name OPERATOR(pg_catalog.=) $1 AND term OPERATOR(pg_catalog.=) $2",
+		12, {TEXTOID, INT8OID, TEXTOID, INT8OID, TIMESTAMPTZOID, TIMESTAMPTZOID,
+		INT4OID, TIMESTAMPTZOID, INT4OID, OIDOID, TEXTOID, INETOID}
+	},
+	[STMT_RELEASE] = {
+		"UPDATE leader_election.leases SET holder = NULL, expires_at = $3, "
+		"session_pid = NULL, session_start = NULL "
+		"WHERE name OPERATOR(pg_catalog.=) $1 AND term OPERATOR(pg_catalog.=) $2",
+		3, {TEXTOID, INT8OID, TIMESTAMPTZOID}
+	},
+	[STMT_LOCK_FOR_TAKEOVER] = {
+		"SELECT " LE_SELECT_COLUMNS " FROM leader_election.leases "
+		"WHERE name OPERATOR(pg_catalog.=) $1 FOR UPDATE SKIP LOCKED",
+		1, {TEXTOID}
+	},
+	[STMT_LOCK_FOR_FENCE] = {
+		"SELECT " LE_SELECT_COLUMNS " FROM leader_election.leases "
+		"WHERE name OPERATOR(pg_catalog.=) $1 FOR KEY SHARE SKIP LOCKED",
+		1, {TEXTOID}
+	},
+	[STMT_COUNT_NAMES] = {
+		"SELECT pg_catalog.count(*) FROM leader_election.leases "
+		"WHERE owner OPERATOR(pg_catalog.=) $1",
+		1, {OIDOID}
+	},
+	[STMT_HISTORY_BEGIN] = {
+		"INSERT INTO leader_election.history "
+		"(name, term, holder, owner, session_bound, holder_pid, acquired_at) "
+		"VALUES ($1, $2, $3, $4, $5, $6, $7)",
+		7, {TEXTOID, INT8OID, TEXTOID, OIDOID, BOOLOID, INT4OID, TIMESTAMPTZOID}
+	},
+	[STMT_HISTORY_TRIM] = {
+		"DELETE FROM leader_election.history "
+		"WHERE name OPERATOR(pg_catalog.=) $1 AND term OPERATOR(pg_catalog.<=) "
+		"(SELECT h.term FROM leader_election.history h "
+		" WHERE h.name OPERATOR(pg_catalog.=) $1 "
+		" ORDER BY h.term DESC OFFSET $2 LIMIT 1)",
+		2, {TEXTOID, INT8OID}
+	},
+	[STMT_HISTORY_END] = {
+		"UPDATE leader_election.history SET ended_at = $3, end_reason = $4 "
+		"WHERE name OPERATOR(pg_catalog.=) $1 AND term OPERATOR(pg_catalog.=) $2 "
+		"AND ended_at IS NULL",
+		4, {TEXTOID, INT8OID, TIMESTAMPTZOID, TEXTOID}
+	},
+};
+
+static SPIPlanPtr le_plans[STMT_COUNT];
+
+/* State kept between le_spi_begin and le_spi_end. */
+typedef struct LeSpiCall
+{
+	MemoryContext caller_cxt;
+	Oid			save_userid;
+	int			save_sec_context;
+} LeSpiCall;
+
+static void
+le_spi_begin(LeSpiCall *call)
+{
+	le_store_load_cache();
+	call->caller_cxt = CurrentMemoryContext;
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	GetUserIdAndSecContext(&call->save_userid, &call->save_sec_context);
+	SetUserIdAndSecContext(le_cache.table_owner,
+						   call->save_sec_context | SECURITY_LOCAL_USERID_CHANGE);
+}
+
+static void
+le_spi_end(LeSpiCall *call)
+{
+	SetUserIdAndSecContext(call->save_userid, call->save_sec_context);
+	SPI_finish();
+}
+
+static int
+le_spi_run(LeStmt stmt, Datum *values, const char *nulls, bool read_only)
+{
+	int			rc;
+
+	if (le_plans[stmt] == NULL)
+	{
+		SPIPlanPtr	plan = SPI_prepare(le_stmts[stmt].sql, le_stmts[stmt].nargs,
+									   (Oid *) le_stmts[stmt].argtypes);
+
+		if (plan == NULL)
+			elog(ERROR, "SPI_prepare failed for \"%s\": %s",
+				 le_stmts[stmt].sql, SPI_result_code_string(SPI_result));
+		if (SPI_keepplan(plan) != 0)
+			elog(ERROR, "SPI_keepplan failed");
+		le_plans[stmt] = plan;
+	}
+	rc = SPI_execute_plan(le_plans[stmt], values, nulls, read_only, 0);
+	if (rc < 0)
+		elog(ERROR, "SPI_execute_plan failed for \"%s\": %s",
+			 le_stmts[stmt].sql, SPI_result_code_string(rc));
+	return rc;
+}
+
+/* Under REPEATABLE READ the row may be invisible to our older snapshot. */
+static void
+le_expect_one_row(const char *what)
+{
+	if (SPI_processed != 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+				 errmsg("could not serialize access to the lease: %s", what),
+				 errdetail("The lease row changed after this transaction's snapshot was taken."),
+				 errhint("Retry the transaction.")));
+}
+
+static Datum le_client_addr;
+static bool le_client_addr_null;
+static bool le_client_addr_known = false;
+
+/* The caller's client address as inet; NULL for Unix sockets. */
+static void
+le_get_client_addr(Datum *value, char *null)
+{
+	if (!le_client_addr_known)
+	{
+		LOCAL_FCINFO(fcinfo, 0);
+		MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
+
+		InitFunctionCallInfoData(*fcinfo, NULL, 0, InvalidOid, NULL, NULL);
+		le_client_addr = inet_client_addr(fcinfo);
+		le_client_addr_null = fcinfo->isnull;
+		MemoryContextSwitchTo(old);
+		le_client_addr_known = true;
+	}
+	*value = le_client_addr;
+	*null = le_client_addr_null ? 'n' : ' ';
+}
+
+/* The "who holds it" columns shared by insert, renew and take-over. */
+static void
+le_holder_details(Datum *pid, Datum *role, Datum *appname, char *appname_null,
+				  Datum *addr, char *addr_null)
+{
+	*pid = Int32GetDatum(MyProcPid);
+	*role = ObjectIdGetDatum(GetUserId());
+	if (application_name != NULL && application_name[0] != '\0')
+	{
+		*appname = CStringGetTextDatum(application_name);
+		*appname_null = ' ';
+	}
+	else
+	{
+		*appname = (Datum) 0;
+		*appname_null = 'n';
+	}
+	le_get_client_addr(addr, addr_null);
+}
+
+static void
+le_session_columns(const LeIdentity *who, Datum *pid, char *pid_null,
+				   Datum *start, char *start_null)
+{
+	if (who->session_bound)
+	{
+		*pid = Int32GetDatum(MyProcPid);
+		*start = TimestampTzGetDatum(MyStartTimestamp);
+		*pid_null = *start_null = ' ';
+	}
+	else
+	{
+		*pid = *start = (Datum) 0;
+		*pid_null = *start_null = 'n';
+	}
+}
+
+void
+le_store_insert(const char *name, const LeIdentity *who, int64 term,
+				TimestampTz now, TimestampTz expires)
+{
+	LeSpiCall	call;
+	Datum		v[12];
+	char		n[13] = "            ";
+
+	v[0] = CStringGetTextDatum(name);
+	v[1] = ObjectIdGetDatum(GetUserId());
+	v[2] = CStringGetTextDatum(who->holder);
+	v[3] = Int64GetDatum(term);
+	v[4] = TimestampTzGetDatum(now);
+	v[5] = TimestampTzGetDatum(expires);
+	le_session_columns(who, &v[6], &n[6], &v[7], &n[7]);
+	le_holder_details(&v[8], &v[9], &v[10], &n[10], &v[11], &n[11]);
+
+	le_spi_begin(&call);
+	le_spi_run(STMT_INSERT, v, n, false);
+	le_spi_end(&call);
+}
+
+void
+le_store_renew(const char *name, int64 term, TimestampTz now,
+			   TimestampTz expires)
+{
+	LeSpiCall	call;
+	Datum		v[8];
+	char		n[9] = "        ";
+
+	v[0] = CStringGetTextDatum(name);
+	v[1] = Int64GetDatum(term);
+	v[2] = TimestampTzGetDatum(now);
+	v[3] = TimestampTzGetDatum(expires);
+	le_holder_details(&v[4], &v[5], &v[6], &n[6], &v[7], &n[7]);
+
+	le_spi_begin(&call);
+	le_spi_run(STMT_RENEW, v, n, false);
+	le_expect_one_row("renewal");
+	le_spi_end(&call);
+}
+
+void
+le_store_take_over(const char *name, const LeIdentity *who, int64 old_term,
+				   int64 new_term, TimestampTz now, TimestampTz expires)
+{
+	LeSpiCall	call;
+	Datum		v[12];
+	char		n[13] = "            ";
+
+	v[0] = CStringGetTextDatum(name);
+	v[1] = Int64GetDatum(old_term);
+	v[2] = CStringGetTextDatum(who->holder);
+	v[3] = Int64GetDatum(new_term);
+	v[4] = TimestampTzGetDatum(now);
+	v[5] = TimestampTzGetDatum(expires);
+	le_session_columns(who, &v[6], &n[6], &v[7], &n[7]);
+	le_holder_details(&v[8], &v[9], &v[10], &n[10], &v[11], &n[11]);
+
+	le_spi_begin(&call);
+	le_spi_run(STMT_TAKE_OVER, v, n, false);
+	le_expect_one_row("takeover");
+	le_spi_end(&call);
+}
+
+void
+le_store_release(const char *name, int64 term, TimestampTz now)
+{
+	LeSpiCall	call;
+	Datum		v[3];
+
+	v[0] = CStringGetTextDatum(name);
+	v[1] = Int64GetDatum(term);
+	v[2] = TimestampTzGetDatum(now);
+
+	le_spi_begin(&call);
+	le_spi_run(STMT_RELEASE, v, NULL, false);
+	le_expect_one_row("release");
+	le_spi_end(&call);
+}
+
+/*
+ * Lock the lease row without waiting and return its latest version.
+ *
+ * for_takeover: FOR UPDATE, which conflicts with the FOR KEY SHARE lock of
+ * a fenced transaction (assert_leader), so a takeover never slips under a
+ * fenced write.  Otherwise FOR KEY SHARE, the fence itself, which does not
+ * conflict with renewals and releases (FOR NO KEY UPDATE).
+ *
+ * Returns false, leaving *row untouched, if the row is absent or locked in
+ * a conflicting mode by another transaction.
+ */
+bool
+le_store_lock_row(const char *name, bool for_takeover, LeaseRow *row)
+{
+	LeSpiCall	call;
+	Datum		v[1];
+	bool		locked;
+
+	v[0] = CStringGetTextDatum(name);
+	le_spi_begin(&call);
+	le_spi_run(for_takeover ? STMT_LOCK_FOR_TAKEOVER : STMT_LOCK_FOR_FENCE,
+			   v, NULL, false);
+	locked = (SPI_processed == 1);
+	if (locked)
+	{
+		Datum		values[LEASE_NCOLS];
+		bool		nulls[LEASE_NCOLS];
+		MemoryContext spi_cxt;
+
+		heap_deform_tuple(SPI_tuptable->vals[0], SPI_tuptable->tupdesc,
+						  values, nulls);
+		spi_cxt = MemoryContextSwitchTo(call.caller_cxt);
+		le_row_from_datums(values, nulls, row);
+		MemoryContextSwitchTo(spi_cxt);
+	}
+	le_spi_end(&call);
+	return locked;
+}
+
+int64
+le_store_count_names(Oid owner)
+{
+	LeSpiCall	call;
+	Datum		v[1];
+	bool		isnull;
+	int64		count;
+
+	v[0] = ObjectIdGetDatum(owner);
+	le_spi_begin(&call);
+	le_spi_run(STMT_COUNT_NAMES, v, NULL, true);
+	count = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
+										SPI_tuptable->tupdesc, 1, &isnull));
+	le_spi_end(&call);
+	return count;
+}
+
+/* Record the start of a term, keeping at most history_max_terms per name. */
+void
+le_history_begin(const char *name, int64 term, const LeIdentity *who,
+				 Oid owner, TimestampTz at)
+{
+	LeSpiCall	call;
+	Datum		v[7];
+	Datum		trim[2];
+
+	if (le_history_max_terms <= 0)
+		return;
+	v[0] = CStringGetTextDatum(name);
+	v[1] = Int64GetDatum(term);
+	v[2] = CStringGetTextDatum(who->holder);
+	v[3] = ObjectIdGetDatum(owner);
+	v[4] = BoolGetDatum(who->session_bound);
+	v[5] = Int32GetDatum(MyProcPid);
+	v[6] = TimestampTzGetDatum(at);
+	trim[0] = v[0];
+	trim[1] = Int64GetDatum((int64) le_history_max_terms);
+
+	le_spi_begin(&call);
+	le_spi_run(STMT_HISTORY_BEGIN, v, NULL, false);
+	le_spi_run(STMT_HISTORY_TRIM, trim, NULL, false);
+	le_spi_end(&call);
+}
+
+void
+le_history_end(const char *name, int64 term, TimestampTz at,
+			   LeEndReason reason)
+{
+	static const char *const reasons[] = {
+		[LE_END_RELEASED] = "released",
+		[LE_END_EXPIRED] = "expired",
+		[LE_END_SESSION_ENDED] = "session_ended",
+	};
+	LeSpiCall	call;
+	Datum		v[4];
+
+	v[0] = CStringGetTextDatum(name);
+	v[1] = Int64GetDatum(term);
+	v[2] = TimestampTzGetDatum(at);
+	v[3] = CStringGetTextDatum(reasons[reason]);
+
+	le_spi_begin(&call);
+	le_spi_run(STMT_HISTORY_END, v, NULL, false);
+	le_spi_end(&call);
+}

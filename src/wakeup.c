@@ -1,0 +1,301 @@
+/*-------------------------------------------------------------------------
+ *
+ * wakeup.c
+ *	  Waking wait_for_leadership() the moment a lease may have become free,
+ *	  and the per-transaction bookkeeping that makes that possible.
+ *
+ * A lease becomes free in exactly four ways, and each wakes waiters:
+ *	  expiry            the waiter sleeps until expires_at (no wake needed)
+ *	  release           the releasing transaction ends     } broadcast after
+ *	  a writer / fence  the transaction holding it ends    } its locks are gone
+ *	  holder session    the holder backend exits: an on_shmem_exit callback
+ *	  exit              broadcasts after its locks have been released
+ *
+ * With the library in shared_preload_libraries, shared memory holds
+ * LE_WAKE_SLOTS condition variables; a name maps to one slot by hash.  Two
+ * names sharing a slot only cause spurious wakeups, which the waiter's loop
+ * absorbs.  A broadcast must come after the lock release that made the lease
+ * free, or a woken waiter would find it still taken and sleep again: hence a
+ * resource-release callback (after locks) rather than a commit callback.
+ *
+ * Without preloading there is no shared memory: waiters then re-check every
+ * LE_POLL_MS (a read of one index entry), documented in the README.
+ *
+ * The same bookkeeping refuses PREPARE TRANSACTION for a transaction that
+ * wrote or fenced a lease (lease.c, I4).
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "common/hashfn.h"
+#include "miscadmin.h"
+#include "nodes/pg_list.h"
+#include "pgstat.h"
+#include "port/atomics.h"
+#include "port/pg_bitutils.h"
+#include "storage/condition_variable.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "storage/shmem.h"
+#include "utils/memutils.h"
+#include "utils/resowner.h"
+#include "utils/timestamp.h"
+
+#include "leader_election.h"
+
+#define LE_WAKE_SLOTS		1024
+#define LE_POLL_MS			10		/* without shared memory */
+#define LE_RECHECK_MS		1000	/* safety net with shared memory */
+
+typedef struct LeWakeSlot
+{
+	ConditionVariable cv;
+	pg_atomic_uint32 waiters;
+} LeWakeSlot;
+
+typedef struct LeWakeShared
+{
+	LeWakeSlot	slots[LE_WAKE_SLOTS];
+} LeWakeShared;
+
+static LeWakeShared *le_wake = NULL;
+
+/* Slots whose waiters this transaction must wake when it ends. */
+static uint64 le_xact_slots[LE_WAKE_SLOTS / 64];
+static bool le_xact_any_slot = false;
+
+/* Slots whose waiters this session must wake when it exits. */
+static uint64 le_session_slots[LE_WAKE_SLOTS / 64];
+static bool le_exit_callback_registered = false;
+
+/*
+ * Nesting levels of the (sub)transactions that wrote or fenced a lease and
+ * have not been rolled back; kept in TopTransactionContext.
+ */
+static List *le_touch_levels = NIL;
+
+/* The slot the current wait_for_leadership() sleeps on, or -1. */
+static int	le_waiting_slot = -1;
+
+static int
+le_slot_of(const char *name)
+{
+	uint32		h = hash_bytes((const unsigned char *) name, strlen(name));
+
+	return (int) ((h ^ MyDatabaseId) % LE_WAKE_SLOTS);
+}
+
+static void
+le_set_bit(uint64 *bits, int slot)
+{
+	bits[slot / 64] |= UINT64CONST(1) << (slot % 64);
+}
+
+static void
+le_broadcast_bits(uint64 *bits)
+{
+	for (int w = 0; w < LE_WAKE_SLOTS / 64; w++)
+	{
+		while (bits[w] != 0)
+		{
+			int			b = pg_rightmost_one_pos64(bits[w]);
+
+			bits[w] &= ~(UINT64CONST(1) << b);
+			if (le_wake != NULL)
+				ConditionVariableBroadcast(&le_wake->slots[w * 64 + b].cv);
+		}
+	}
+}
+
+Size
+le_wakeup_shmem_size(void)
+{
+	return sizeof(LeWakeShared);
+}
+
+void
+le_wakeup_shmem_init(void)
+{
+	bool		found;
+
+	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+	le_wake = ShmemInitStruct("leader_election wakeups", sizeof(LeWakeShared),
+							  &found);
+	if (!found)
+	{
+		for (int i = 0; i < LE_WAKE_SLOTS; i++)
+		{
+			ConditionVariableInit(&le_wake->slots[i].cv);
+			pg_atomic_init_u32(&le_wake->slots[i].waiters, 0);
+		}
+	}
+	LWLockRelease(AddinShmemInitLock);
+}
+
+/* This transaction wrote or fenced the lease `name`. */
+void
+le_xact_touched(const char *name)
+{
+	MemoryContext old = MemoryContextSwitchTo(TopTransactionContext);
+
+	le_touch_levels = lappend_int(le_touch_levels,
+								  GetCurrentTransactionNestLevel());
+	MemoryContextSwitchTo(old);
+	le_set_bit(le_xact_slots, le_slot_of(name));
+	le_xact_any_slot = true;
+}
+
+static void
+le_on_session_exit(int code, Datum arg)
+{
+	le_broadcast_bits(le_session_slots);
+}
+
+/* This session holds `name` under its session identity. */
+void
+le_wake_on_session_exit(const char *name)
+{
+	if (le_wake == NULL)
+		return;
+	le_set_bit(le_session_slots, le_slot_of(name));
+	if (!le_exit_callback_registered)
+	{
+		/*
+		 * on_shmem_exit callbacks run after the before_shmem_exit ones, among
+		 * them the one that releases this session's locks, and before
+		 * ProcKill, so the liveness lock is gone and MyProc still usable.
+		 */
+		on_shmem_exit(le_on_session_exit, (Datum) 0);
+		le_exit_callback_registered = true;
+	}
+}
+
+static void
+le_xact_callback(XactEvent event, void *arg)
+{
+	switch (event)
+	{
+		case XACT_EVENT_PRE_PREPARE:
+			if (le_touch_levels != NIL)
+				ereport(ERROR,
+						(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+						 errmsg("cannot PREPARE a transaction that acquired, renewed, released or fenced a lease"),
+						 errdetail("A prepared transaction would keep the lease decision open beyond this session.")));
+			break;
+		case XACT_EVENT_COMMIT:
+		case XACT_EVENT_ABORT:
+		case XACT_EVENT_PARALLEL_COMMIT:
+		case XACT_EVENT_PARALLEL_ABORT:
+		case XACT_EVENT_PREPARE:
+			le_touch_levels = NIL;	/* freed with TopTransactionContext */
+			break;
+		default:
+			break;
+	}
+}
+
+static void
+le_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
+					SubTransactionId parentSubid, void *arg)
+{
+	int			level = GetCurrentTransactionNestLevel();
+	ListCell   *lc;
+
+	if (event == SUBXACT_EVENT_ABORT_SUB)
+	{
+		foreach(lc, le_touch_levels)
+		{
+			if (lfirst_int(lc) >= level)
+				le_touch_levels = foreach_delete_current(le_touch_levels, lc);
+		}
+	}
+	else if (event == SUBXACT_EVENT_COMMIT_SUB)
+	{
+		foreach(lc, le_touch_levels)
+		{
+			if (lfirst_int(lc) >= level)
+				lfirst_int(lc) = level - 1;
+		}
+	}
+}
+
+static void
+le_resource_release_callback(ResourceReleasePhase phase, bool isCommit,
+							 bool isTopLevel, void *arg)
+{
+	if (phase != RESOURCE_RELEASE_AFTER_LOCKS || !isTopLevel ||
+		!le_xact_any_slot)
+		return;
+	le_xact_any_slot = false;
+	le_broadcast_bits(le_xact_slots);
+}
+
+void
+le_wakeup_register_callbacks(void)
+{
+	RegisterXactCallback(le_xact_callback, NULL);
+	RegisterSubXactCallback(le_subxact_callback, NULL);
+	RegisterResourceReleaseCallback(le_resource_release_callback, NULL);
+}
+
+/*
+ * Start waiting for `name`.  Preparing to sleep before each attempt means a
+ * broadcast that lands between the attempt and the sleep is not lost.
+ */
+void
+le_wait_begin(const char *name)
+{
+	if (le_wake == NULL)
+		return;
+	le_waiting_slot = le_slot_of(name);
+	pg_atomic_fetch_add_u32(&le_wake->slots[le_waiting_slot].waiters, 1);
+	ConditionVariablePrepareToSleep(&le_wake->slots[le_waiting_slot].cv);
+}
+
+/* Sleep until `until`, a broadcast on our slot, or an interrupt. */
+void
+le_wait_sleep(TimestampTz until)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	long		ms = 0;
+
+	if (until > now)
+		ms = (long) ((until - now + 999) / 1000);
+
+	if (le_wake != NULL && le_waiting_slot >= 0)
+	{
+		(void) ConditionVariableTimedSleep(&le_wake->slots[le_waiting_slot].cv,
+										   Min(ms, LE_RECHECK_MS),
+										   PG_WAIT_EXTENSION);
+	}
+	else
+	{
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 Min(ms, LE_POLL_MS), PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+	}
+}
+
+void
+le_wait_end(void)
+{
+	if (le_wake == NULL || le_waiting_slot < 0)
+		return;
+	ConditionVariableCancelSleep();
+	pg_atomic_fetch_sub_u32(&le_wake->slots[le_waiting_slot].waiters, 1);
+	le_waiting_slot = -1;
+}
+
+/*
+ * How many sessions wait in wait_for_leadership() for `name` (or for a name
+ * sharing its slot); -1 without shared memory.
+ */
+int32
+le_waiting_candidates(const char *name)
+{
+	if (le_wake == NULL)
+		return -1;
+	return (int32) pg_atomic_read_u32(&le_wake->slots[le_slot_of(name)].waiters);
+}
