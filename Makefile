@@ -48,3 +48,14 @@ installcheck-tap:
 
 format:
 	clang-format -i src/*.c src/*.h
+
+# stress driver (test/stress)
+# The libpq client that test/t/200_stress_history.pl runs; not part of `all`.
+STRESS_CFLAGS = -O2 -g -Wall -Wextra -Wno-unused-parameter $(if $(filter 1,$(LE_WERROR)),-Werror)
+
+.PHONY: stress-driver
+stress-driver: test/stress/le_stress
+
+test/stress/le_stress: test/stress/le_stress.c
+	$(CC) $(STRESS_CFLAGS) -I$(shell $(PG_CONFIG) --includedir) -o $@ $< \
+		-L$(shell $(PG_CONFIG) --libdir) -lpq

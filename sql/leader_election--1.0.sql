@@ -17,6 +17,9 @@
 CREATE SCHEMA leader_election;
 COMMENT ON SCHEMA leader_election IS
     'State of the leader_election extension: leases, history, views';
+-- Everyone may look inside (the views filter by role); nobody but the
+-- owner may create objects here.
+GRANT USAGE ON SCHEMA leader_election TO PUBLIC;
 
 /*
  * One row per election name: the lease.  Rows are never deleted by the
@@ -26,7 +29,7 @@ COMMENT ON SCHEMA leader_election IS
  */
 CREATE TABLE leader_election.leases (
     name             text COLLATE "C" NOT NULL,
-    owner            oid NOT NULL,
+    owner            pg_catalog.regrole NOT NULL,
     holder           text COLLATE "C",
     term             bigint NOT NULL,
     acquired_at      timestamptz,
@@ -35,7 +38,7 @@ CREATE TABLE leader_election.leases (
     session_pid      integer,
     session_start    timestamptz,
     holder_pid       integer,
-    holder_role      oid,
+    holder_role      pg_catalog.regrole,
     application_name text,
     client_addr      inet,
     CONSTRAINT leases_pkey PRIMARY KEY (name),
@@ -44,13 +47,16 @@ CREATE TABLE leader_election.leases (
 COMMENT ON TABLE leader_election.leases IS
     'One row per lease name; written only by the extension''s functions';
 REVOKE ALL ON TABLE leader_election.leases FROM PUBLIC;
+-- Dumped with the database, so terms continue after a dump and restore
+-- instead of starting again at 1 (roles are dumped by name, hence regrole).
+SELECT pg_catalog.pg_extension_config_dump('leader_election.leases', '');
 
 /* One row per term, bounded by leader_election.history_max_terms per name. */
 CREATE TABLE leader_election.history (
     name          text COLLATE "C" NOT NULL,
     term          bigint NOT NULL,
     holder        text COLLATE "C" NOT NULL,
-    owner         oid NOT NULL,
+    owner         pg_catalog.regrole NOT NULL,
     session_bound boolean NOT NULL,
     holder_pid    integer,
     acquired_at   timestamptz NOT NULL,
@@ -63,6 +69,7 @@ CREATE TABLE leader_election.history (
 COMMENT ON TABLE leader_election.history IS
     'One row per term: who held it, when it began and how it ended (released, expired, session_ended); ended_at is NULL while the term is current or until the next takeover notices its end';
 REVOKE ALL ON TABLE leader_election.history FROM PUBLIC;
+SELECT pg_catalog.pg_extension_config_dump('leader_election.history', '');
 ALTER TABLE leader_election.history ENABLE ROW LEVEL SECURITY;
 CREATE POLICY history_visible_to_owner ON leader_election.history
     FOR SELECT
@@ -101,14 +108,14 @@ SELECT l.name,
        v.valid,
        (l.session_pid IS NOT NULL) AS session_bound,
        l.holder_pid,
-       l.holder_role::pg_catalog.regrole AS holder_role,
+       l.holder_role,
        l.application_name,
        l.client_addr,
        CASE WHEN v.valid
             THEN pg_catalog.date_part('epoch', l.expires_at OPERATOR(pg_catalog.-) pg_catalog.clock_timestamp())
        END AS seconds_left,
        leader_election.waiting_candidates(l.name) AS waiting_candidates,
-       l.owner::pg_catalog.regrole AS owner
+       l.owner
   FROM leader_election.leases AS l
  CROSS JOIN LATERAL (SELECT leader_election.lease_is_valid(l.holder, l.expires_at,
                                                           l.session_pid, l.session_start) AS valid) AS v

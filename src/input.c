@@ -152,6 +152,8 @@ le_checked_interval(FunctionCallInfo fcinfo, int argno, const char *what,
 		usecs < min_usecs || usecs > max_usecs)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("%s must be between %s", what, bounds)));
+				 errmsg("%s must be between %s", what, bounds),
+				 min_usecs > 0 ?
+				 errhint("Shorter leases would make leadership flap; longer ones would block a name for days after its holder vanished.") : 0));
 	return usecs;
 }

@@ -1,0 +1,110 @@
+# 004_standby_promotion.pl: on a hot standby the write functions refuse to
+# run (25006) while the read-only ones answer from replicated state; after
+# promotion, new grants get terms larger than any the old primary issued.
+use strict;
+use warnings;
+use lib 'test/t';
+use LeaderElectionTest;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $primary = le_node('primary', allows_streaming => 1);
+
+# Some committed history: 'job' changed hands three times, 'gone' was
+# released.
+for my $h (qw(a b c))
+{
+	$primary->safe_psql('postgres', qq{
+		SELECT release_leader('job', holder)
+		  FROM leader_election.leases WHERE name = 'job';
+		SELECT try_acquire_leader('job', '1 hour', 'holder-$h');
+	});
+}
+$primary->safe_psql('postgres', q{
+	SELECT try_acquire_leader('gone', '1 hour', 'g');
+	SELECT release_leader('gone', 'g');
+});
+
+$primary->backup('b');
+my $standby = PostgreSQL::Test::Cluster->new('standby');
+$standby->init_from_backup($primary, 'b', has_streaming => 1);
+$standby->start;
+
+# One more grant after the backup, so it has to arrive by streaming; and a
+# session-bound lease whose holder session stays alive on the primary.
+$primary->safe_psql('postgres', q{SELECT try_acquire_leader('late', '1 hour', 'l')});
+my $sess = le_session($primary);
+is($sess->query_safe(q{SELECT try_acquire_leader('sess', '1 hour')}),
+	't', 'a live primary session holds sess');
+$primary->wait_for_catchup($standby);
+my $max_before = $primary->safe_psql('postgres',
+	'SELECT max(term) FROM leader_election.leases');
+
+is($standby->safe_psql('postgres', 'SELECT pg_is_in_recovery()'), 't',
+	'standby is in recovery');
+
+# Write functions: 25006 on the standby, whatever the lease's state.
+my %writes = (
+	'try_acquire_leader (new name)' => q{SELECT try_acquire_leader('x', '1 hour', 'h')},
+	'try_acquire_leader (held name)' => q{SELECT try_acquire_leader('job', '1 hour', 'holder-c')},
+	'release_leader' => q{SELECT release_leader('job', 'holder-c')},
+	'assert_leader' => q{SELECT assert_leader('job', NULL, 'holder-c')},
+	'wait_for_leadership' => q{SELECT wait_for_leadership('gone', '1 hour', '1s', 'h')},
+);
+for my $what (sort keys %writes)
+{
+	is(le_sqlstate($standby, $writes{$what}), '25006', "standby: $what -> 25006");
+}
+
+# Read-only functions and views answer from the replicated rows.
+is($standby->safe_psql('postgres', q{SELECT am_leader('job', 'holder-c')}),
+	't', 'standby: am_leader true for the replicated holder');
+is($standby->safe_psql('postgres', q{SELECT am_leader('job', 'holder-a')}),
+	'f', 'standby: am_leader false for an earlier holder');
+is($standby->safe_psql('postgres', q{SELECT leader_term('late', 'l')}),
+	'1', 'standby: leader_term of the streamed grant');
+is($standby->safe_psql('postgres', q{SELECT holder, term FROM current_leader('job')}),
+	'holder-c|3', 'standby: current_leader');
+is($standby->safe_psql('postgres',
+		q{SELECT string_agg(name || ':' || regexp_replace(coalesce(holder, '-'), ':.*', ':*') || ':' || term || ':' || valid, ' ' ORDER BY name)
+		    FROM leader_election.leaders}),
+	'gone:-:1:false job:holder-c:3:true late:l:1:true sess:session:*:1:true',
+	'standby: leaders view');
+
+# The standby cannot see the primary's sessions; the replicated lease of a
+# session that lives on the primary is valid as far as the standby knows
+# (DESIGN 2: valid iff not expired and the holder backend alive, which it is).
+is($standby->safe_psql('postgres',
+		q{SELECT count(*) FROM current_leader('sess')}),
+	'1', 'standby: current_leader shows the live primary session as leader of sess');
+
+$standby->promote;
+ok(le_poll($standby, 'SELECT NOT pg_is_in_recovery()'), 'standby promoted');
+
+# Old primary out of the way, as a failover would do.
+le_quit($sess);
+$primary->stop;
+
+is($standby->safe_psql('postgres', q{SELECT try_acquire_leader('job', '1 hour', 'holder-c')}),
+	't', 'after promotion: the holder renews its lease');
+$standby->safe_psql('postgres', q{
+	SELECT release_leader('job', 'holder-c');
+	SELECT try_acquire_leader('job', '1 hour', 'new');
+	SELECT try_acquire_leader('gone', '1 hour', 'new');
+	SELECT try_acquire_leader('brand-new', '1 hour', 'new');
+});
+is($standby->safe_psql('postgres', q{SELECT try_acquire_leader('sess', '1 hour', 'new')}),
+	't', 'after promotion: the old primary session\'s lease is free at once');
+for my $name (qw(job gone brand-new sess))
+{
+	my $t = $standby->safe_psql('postgres',
+		"SELECT term FROM leader_election.leases WHERE name = '$name'");
+	cmp_ok($t, '>', $max_before,
+		"after promotion: new grant of $name has term $t, above every term issued before ($max_before)");
+}
+is(le_sqlstate($standby, q{SELECT try_acquire_leader('job', '1 hour', 'x')}), '',
+	'write functions work on the promoted standby');
+
+$standby->stop;
+done_testing();

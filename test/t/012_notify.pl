@@ -1,0 +1,123 @@
+# 012_notify.pl: the NOTIFY on channel leader_election, seen by a real
+# LISTEN client (psql).  Payload: JSON {"name","event","holder","term",
+# "reason"}.  Checked: "elected" with reason "none" on a first acquisition,
+# "released" on release, "elected" with reason "session_ended" after the
+# holder's backend was terminated and a candidate took over, "elected" with
+# reason "expired" after an expiry takeover; a rolled-back acquisition sends
+# nothing.
+use strict;
+use warnings;
+use lib 'test/t';
+use JSON::PP;
+use LeaderElectionTest;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $node = le_node('notify');
+
+my $listener = le_session($node);
+$listener->query_safe('LISTEN leader_election');
+my @seen;    # every payload received so far, decoded, in order
+my %taken;   # indexes into @seen already matched by next_event
+
+# psql prints notifications that arrived after each command, so run a
+# trivial command until an event matching `want` shows up (or the deadline
+# passes); returns it, or undef.
+sub next_event
+{
+	my ($want) = @_;
+	my $found;
+	le_wait_until(
+		sub {
+			my $out = $listener->query_safe('SELECT 1');
+			while ($out =~
+				/^Asynchronous notification "leader_election" with payload "(.*)" received from server process with PID \d+\.$/mg
+			  )
+			{
+				push @seen, decode_json($1);
+			}
+			for my $i (0 .. $#seen)
+			{
+				next if $taken{$i} || !$want->($seen[$i]);
+				$taken{$i} = 1;
+				$found = $seen[$i];
+				return 1;
+			}
+			return 0;
+		});
+	return $found;
+}
+
+sub event_is
+{
+	my ($name, $event, $expected, $what) = @_;
+	my $e = next_event(sub { $_[0]{name} eq $name && $_[0]{event} eq $event });
+	ok(defined $e, "$what: a notification arrives") or return;
+	for my $k (sort keys %$expected)
+	{
+		if (ref $expected->{$k} eq 'Regexp')
+		{
+			like($e->{$k}, $expected->{$k}, "$what: $k");
+		}
+		else
+		{
+			is($e->{$k}, $expected->{$k}, "$what: $k");
+		}
+	}
+	is_deeply([ sort keys %$e ], [qw(event holder name reason term)],
+		"$what: payload has exactly name, event, holder, term, reason");
+}
+
+# ---- first acquisition, release, re-acquisition ----
+my $holder = le_session($node);
+$holder->query_safe(q{SELECT try_acquire_leader('n', '1 hour')});
+event_is('n', 'elected',
+	{ holder => qr/^session:$holder->{le_pid}:\d+$/, term => 1, reason => 'none' },
+	'first acquisition');
+$holder->query_safe(q{SELECT release_leader('n')});
+event_is('n', 'released',
+	{ holder => qr/^session:$holder->{le_pid}:/, term => 1, reason => 'released' },
+	'release');
+$holder->query_safe(q{SELECT try_acquire_leader('n', '1 hour')});
+event_is('n', 'elected', { term => 2, reason => 'released' },
+	'acquisition after a release');
+
+# ---- holder backend terminated, candidate takes over ----
+$node->safe_psql('postgres', "SELECT pg_terminate_backend($holder->{le_pid}, 60000)");
+le_quit($holder);
+is($node->safe_psql('postgres', q{SELECT try_acquire_leader('n', '1 hour', 'cand')}),
+	't', 'candidate takes over from the terminated holder');
+event_is('n', 'elected', { holder => 'cand', term => 3, reason => 'session_ended' },
+	'takeover after session end');
+
+# ---- expiry takeover ----
+$node->safe_psql('postgres', q{SELECT try_acquire_leader('x', '1s', 'h1')});
+event_is('x', 'elected', { holder => 'h1', term => 1, reason => 'none' },
+	'named acquisition with ttl 1s');
+ok(le_poll($node, q{SELECT try_acquire_leader('x', '1 hour', 'h2')}),
+	'h2 takes x over after expiry');
+event_is('x', 'elected', { holder => 'h2', term => 2, reason => 'expired' },
+	'takeover after expiry');
+
+# ---- a rolled-back acquisition sends nothing ----
+$node->safe_psql('postgres', q{
+	BEGIN;
+	SELECT try_acquire_leader('rb', '1 hour', 'r');
+	SELECT release_leader('x', 'h2');
+	ROLLBACK;
+});
+# Notifications arrive in commit order: once this later one is here, any
+# from the rolled-back transaction would be too.
+$node->safe_psql('postgres', q{SELECT try_acquire_leader('after', '1 hour', 'z')});
+event_is('after', 'elected', { holder => 'z', term => 1, reason => 'none' },
+	'a committed acquisition after the rollback');
+is(scalar(grep { $_->{name} eq 'rb' } @seen), 0,
+	'nothing was sent for the rolled-back acquisition');
+is(scalar(grep { $_->{name} eq 'x' && $_->{event} eq 'released' } @seen), 0,
+	'nothing was sent for the rolled-back release');
+is(scalar(@seen), 7, 'seven notifications in all, one per committed change');
+
+le_quit($listener);
+$node->stop;
+done_testing();
