@@ -95,7 +95,10 @@ def holder_main(kind, name, key):
 
 
 class Holder:
+    live = []  # every holder started and not yet stopped, for cleanup after a failed trial
+
     def __init__(self, kind, name, key=0):
+        Holder.live.append(self)
         self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "holder", kind, name, str(key)],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         r, _, _ = select.select([self.proc.stdout], [], [], 30)
@@ -115,6 +118,8 @@ class Holder:
         if self.proc.poll() is None:
             self.proc.kill()
         self.proc.wait(timeout=30)
+        if self in Holder.live:
+            Holder.live.remove(self)
 
 
 # ---------------------------------------------------------------- candidates
@@ -156,9 +161,11 @@ class Poller(threading.Thread):
             self.error = e
 
 
-def wait_until(cond, limit=30, what="condition"):
+def wait_until(cond, limit=30, what="condition", thread=None):
     deadline = time.time() + limit
     while not cond():
+        if thread is not None and not thread.is_alive():
+            raise RuntimeError(f"gave up waiting for {what}: {thread.error}")
         if time.time() > deadline:
             raise RuntimeError(f"timed out waiting for {what}")
         time.sleep(0.002)
@@ -172,6 +179,17 @@ class Failover:
         self.ctl = connect()    # control: terminate, inspect
         self.cand = connect()   # the candidate's session
         self.run_id = f"{os.getpid()}_{int(time.time())}"
+
+    def reset(self):
+        """After a failed trial: end its holders and start a fresh candidate session."""
+        for h in list(Holder.live):
+            h.stop()
+        try:
+            self.cand.cancel()
+            self.cand.close()
+        except psycopg2.Error:
+            pass
+        self.cand = connect()
 
     def name(self, method, i):
         return f"fo_{self.run_id}_{method}_{i}"
@@ -203,7 +221,7 @@ class Failover:
         c.start()
         wait_until(lambda: (one(self.ctl, "SELECT leader_election.waiting_candidates(%s)", (name,))[0] or 0) >= 1
                    and one(self.ctl, "SELECT state = 'active' FROM pg_stat_activity WHERE pid = %s", (cand_pid,))[0],
-                   what="the candidate to wait")
+                   what="the candidate to wait", thread=c)
         time.sleep(random.uniform(0, 0.02))
         t_kill = self.end_holder(holder, how)
         t_win = self.finish(c, holder)
@@ -211,13 +229,13 @@ class Failover:
         return t_win - t_kill
 
     def advisory_wait(self, i, how):
-        key = ADVISORY_BASE + i
+        key = ADVISORY_BASE + (2000 if how == "client_kill" else 4000) + i
         holder = Holder("advisory", "-", key)
         cand_pid = one(self.cand, "SELECT pg_backend_pid()")[0]
-        c = Candidate(self.cand, "SELECT pg_advisory_lock(%s) IS NOT DISTINCT FROM NULL OR true,"
-                                 " clock_timestamp()", (key,))
+        c = Candidate(self.cand, "WITH l AS MATERIALIZED (SELECT pg_advisory_lock(%s))"
+                                 " SELECT true, clock_timestamp() FROM l", (key,))
         c.start()
-        wait_until(lambda: self.blocked_pid(cand_pid), what="the candidate to block")
+        wait_until(lambda: self.blocked_pid(cand_pid), what="the candidate to block", thread=c)
         time.sleep(random.uniform(0, 0.02))
         t_kill = self.end_holder(holder, how)
         t_win = self.finish(c, holder)
@@ -257,7 +275,7 @@ class Failover:
         c.start()
         wait_until(lambda: (one(self.ctl, "SELECT leader_election.waiting_candidates(%s)", (name,))[0] or 0) >= 1
                    and one(self.ctl, "SELECT state = 'active' FROM pg_stat_activity WHERE pid = %s", (cand_pid,))[0],
-                   what="the candidate to wait")
+                   what="the candidate to wait", thread=c)
         if time.time() >= expires:
             raise RuntimeError("the candidate started waiting after the lease expired (machine too loaded)")
         c.join(timeout=30)
@@ -305,6 +323,7 @@ class Failover:
                 except RuntimeError as e:
                     misses += 1
                     print(f"  {key}: trial failed: {e}", file=sys.stderr, flush=True)
+                    self.reset()
             out[key] = stats(samples)
             out[key].update(what=what, misses=misses)
             s = out[key]

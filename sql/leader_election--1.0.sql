@@ -192,3 +192,105 @@ CREATE FUNCTION @extschema@.current_leader(name text)
 COMMENT ON FUNCTION @extschema@.current_leader(text) IS
     'Who validly holds the lease now; no row if nobody does';
 REVOKE ALL ON FUNCTION @extschema@.current_leader(text) FROM PUBLIC;
+
+-- ===================================================================
+-- Task runner (worker.c)
+--
+-- Registered procedures that a background worker CALLs every run_every
+-- while it holds the lease of the task's name (README, "Background
+-- tasks").  Rows are written only by the functions below and by the
+-- runner, with the table owner's rights; users see their own tasks and
+-- runs (row-level security, as pg_cron does).
+-- ===================================================================
+
+CREATE TABLE leader_election.tasks (
+    id               bigint GENERATED ALWAYS AS IDENTITY,
+    name             text COLLATE "C" NOT NULL,
+    owner            oid NOT NULL,
+    procedure        pg_catalog.regprocedure NOT NULL,
+    run_every        interval NOT NULL,
+    ttl              interval NOT NULL,
+    enabled          boolean NOT NULL DEFAULT true,
+    disabled_reason  text,
+    created_at       timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    last_started_at  timestamptz,
+    last_finished_at timestamptz,
+    last_status      text,
+    CONSTRAINT tasks_pkey PRIMARY KEY (id),
+    CONSTRAINT tasks_name_key UNIQUE (name)
+);
+COMMENT ON TABLE leader_election.tasks IS
+    'Registered tasks: the procedure the task runner CALLs every run_every, as the owner role, while it holds the lease "name" (ttl); disabled_reason says why the runner disabled a task';
+REVOKE ALL ON TABLE leader_election.tasks FROM PUBLIC;
+ALTER TABLE leader_election.tasks ENABLE ROW LEVEL SECURITY;
+CREATE POLICY tasks_visible_to_owner ON leader_election.tasks
+    FOR SELECT
+    USING (pg_catalog.pg_has_role(owner, 'USAGE'));
+GRANT SELECT ON TABLE leader_election.tasks TO PUBLIC;
+
+CREATE TABLE leader_election.task_runs (
+    id          bigint GENERATED ALWAYS AS IDENTITY,
+    task_id     bigint NOT NULL,
+    task_name   text COLLATE "C" NOT NULL,
+    owner       oid NOT NULL,
+    term        bigint,
+    holder      text,
+    pid         integer,
+    started_at  timestamptz NOT NULL,
+    finished_at timestamptz,
+    status      text NOT NULL,
+    error       text,
+    CONSTRAINT task_runs_pkey PRIMARY KEY (id),
+    CONSTRAINT task_runs_status CHECK
+        (status OPERATOR(pg_catalog.=) ANY (ARRAY['running', 'succeeded', 'failed', 'cancelled', 'skipped']::pg_catalog.text[]))
+);
+CREATE INDEX task_runs_task_id_idx ON leader_election.task_runs (task_id, id);
+COMMENT ON TABLE leader_election.task_runs IS
+    'One row per task run (or skipped run): the term it ran in, when, and how it ended (running, succeeded, failed, cancelled, skipped) with the error text; the newest leader_election.task_runs_max rows per task are kept';
+REVOKE ALL ON TABLE leader_election.task_runs FROM PUBLIC;
+ALTER TABLE leader_election.task_runs ENABLE ROW LEVEL SECURITY;
+CREATE POLICY task_runs_visible_to_owner ON leader_election.task_runs
+    FOR SELECT
+    USING (pg_catalog.pg_has_role(owner, 'USAGE'));
+GRANT SELECT ON TABLE leader_election.task_runs TO PUBLIC;
+
+/*
+ * Registration functions.  They act for the calling role (the task's
+ * owner) and write with the table owner's rights, so they are C functions
+ * rather than SECURITY DEFINER ones, which would lose the caller.  EXECUTE
+ * is revoked from PUBLIC: the administrator decides who may run background
+ * tasks.
+ */
+
+CREATE FUNCTION leader_election.register_task(name text, procedure pg_catalog.regprocedure,
+                                              run_every interval, ttl interval)
+    RETURNS bigint
+    AS 'MODULE_PATHNAME', 'register_task'
+    LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION leader_election.register_task(text, pg_catalog.regprocedure, interval, interval) IS
+    'Register a task: CALL procedure (no arguments, or the term as one bigint) every run_every, as the calling role, while the runner holds the lease "name" with this ttl; returns the task id';
+REVOKE ALL ON FUNCTION leader_election.register_task(text, pg_catalog.regprocedure, interval, interval) FROM PUBLIC;
+
+CREATE FUNCTION leader_election.unregister_task(name text)
+    RETURNS boolean
+    AS 'MODULE_PATHNAME', 'unregister_task'
+    LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION leader_election.unregister_task(text) IS
+    'Remove a task (its runs stay in task_runs); a run in progress is cancelled; false if there was no such task';
+REVOKE ALL ON FUNCTION leader_election.unregister_task(text) FROM PUBLIC;
+
+CREATE FUNCTION leader_election.enable_task(name text)
+    RETURNS boolean
+    AS 'MODULE_PATHNAME', 'enable_task'
+    LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION leader_election.enable_task(text) IS
+    'Enable a task (also one the runner disabled, clearing disabled_reason); false if there is no such task';
+REVOKE ALL ON FUNCTION leader_election.enable_task(text) FROM PUBLIC;
+
+CREATE FUNCTION leader_election.disable_task(name text)
+    RETURNS boolean
+    AS 'MODULE_PATHNAME', 'disable_task'
+    LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION leader_election.disable_task(text) IS
+    'Disable a task: its worker stops (cancelling a run in progress) and releases the lease; false if there is no such task';
+REVOKE ALL ON FUNCTION leader_election.disable_task(text) FROM PUBLIC;

@@ -95,6 +95,7 @@ le_shmem_request(void)
 		prev_shmem_request_hook();
 #endif
 	RequestAddinShmemSpace(le_wakeup_shmem_size());
+	RequestAddinShmemSpace(le_task_shmem_size());
 }
 
 static void
@@ -103,15 +104,18 @@ le_shmem_startup(void)
 	if (prev_shmem_startup_hook)
 		prev_shmem_startup_hook();
 	le_wakeup_shmem_init();
+	le_task_shmem_init();
 }
 
 void
 _PG_init(void)
 {
 	le_define_settings();
+	le_task_define_settings();
 
 	if (process_shared_preload_libraries_in_progress)
 	{
+		le_task_runner_register();
 #ifdef LE_HAVE_SHMEM_REQUEST_HOOK
 		prev_shmem_request_hook = shmem_request_hook;
 		shmem_request_hook = le_shmem_request;

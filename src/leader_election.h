@@ -70,6 +70,14 @@ typedef struct LeaseRow
 	Datum		client_addr;	/* inet, valid unless client_addr_null */
 } LeaseRow;
 
+/* Outcome of le_store_lock_row(). */
+typedef enum LeRowLock
+{
+	LE_ROW_LOCKED,				/* locked; re-read it with le_store_read() */
+	LE_ROW_BUSY,				/* locked by another transaction */
+	LE_ROW_ABSENT				/* no row for the name */
+} LeRowLock;
+
 /* Who is asking. */
 typedef struct LeIdentity
 {
@@ -107,8 +115,7 @@ extern bool le_is_own_session(int32 pid, TimestampTz started);
 
 /* lease_store.c */
 extern void le_store_read(const char *name, LeaseRow *row);
-extern bool le_store_lock_row(const char *name, bool for_takeover,
-							  LeaseRow *row);
+extern LeRowLock le_store_lock_row(const char *name, bool for_takeover);
 extern void le_store_insert(const char *name, const LeIdentity *who,
 							int64 term, TimestampTz now, TimestampTz expires);
 extern void le_store_renew(const char *name, int64 term, TimestampTz now,
@@ -139,5 +146,18 @@ extern void le_wait_begin(const char *name);
 extern void le_wait_sleep(TimestampTz until);
 extern void le_wait_end(void);
 extern int32 le_waiting_candidates(const char *name);
+
+/* worker.c: the task runner */
+extern char *le_task_database;
+extern int	le_max_task_workers;
+extern char *le_task_holder_id;
+extern bool le_allow_superuser_tasks;
+extern int	le_task_runs_max;
+extern void le_task_define_settings(void);
+extern void le_task_runner_register(void);
+extern Size le_task_shmem_size(void);
+extern void le_task_shmem_init(void);
+extern PGDLLEXPORT void le_launcher_main(Datum main_arg);
+extern PGDLLEXPORT void le_task_worker_main(Datum main_arg);
 
 #endif							/* LEADER_ELECTION_H */

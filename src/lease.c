@@ -307,11 +307,12 @@ le_try_acquire(const char *name, int64 ttl_usecs, const LeIdentity *who,
 	}
 
 	/* Free: take it over unless a fenced transaction still holds it (I6). */
-	if (!le_store_lock_row(name, true, &locked))
+	if (le_store_lock_row(name, true) != LE_ROW_LOCKED)
 	{
 		le_unlock_writer(name);
 		return false;
 	}
+	le_store_read(name, &locked);
 	Assert(locked.term == row.term);
 
 	term = le_next_term(locked.term);
@@ -431,22 +432,22 @@ assert_leader(PG_FUNCTION_ARGS)
 	char	   *holder = le_checked_optional_holder(fcinfo, 2);
 	LeIdentity	who;
 	LeaseRow	row;
+	LeRowLock	lock;
 
 	le_prevent_if_read_only("assert_leader()");
 	who = le_resolve_identity(holder);
 
-	if (!le_store_lock_row(name, false, &row))
-	{
-		le_store_read(name, &row);
-		le_check_owner(name, &row);
+	lock = le_store_lock_row(name, false);
+	/* Decide on the latest version: the lock covers it (I5, I6). */
+	le_store_read(name, &row);
+	le_check_owner(name, &row);
+	if (lock != LE_ROW_LOCKED)
 		ereport(ERROR,
 				(errcode(ERRCODE_LE_NOT_LEADER),
 				 errmsg("not the leader of \"%s\"", name),
-				 row.found ?
+				 lock == LE_ROW_BUSY ?
 				 errdetail("Another holder is taking the lease over.") :
 				 errdetail("Nobody has held this lease yet.")));
-	}
-	le_check_owner(name, &row);
 	if (!le_is_mine(&row, &who))
 		ereport(ERROR,
 				(errcode(ERRCODE_LE_NOT_LEADER),

@@ -27,6 +27,7 @@
 #include "access/htup_details.h"
 #include "access/table.h"
 #include "access/tableam.h"
+#include "access/xact.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_collation.h"
 #include "catalog/pg_type.h"
@@ -222,6 +223,7 @@ typedef enum LeStmt
 	STMT_RELEASE,
 	STMT_LOCK_FOR_TAKEOVER,
 	STMT_LOCK_FOR_FENCE,
+	STMT_VISIBLE_TO_SNAPSHOT,
 	STMT_COUNT_NAMES,
 	STMT_HISTORY_BEGIN,
 	STMT_HISTORY_TRIM,
@@ -266,13 +268,18 @@ static const LeStmtDef le_stmts[STMT_COUNT] = {
 		3, {TEXTOID, INT8OID, TIMESTAMPTZOID}
 	},
 	[STMT_LOCK_FOR_TAKEOVER] = {
-		"SELECT " LE_SELECT_COLUMNS " FROM leader_election.leases "
+		"SELECT 1 FROM leader_election.leases "
 		"WHERE name OPERATOR(pg_catalog.=) $1 FOR UPDATE SKIP LOCKED",
 		1, {TEXTOID}
 	},
 	[STMT_LOCK_FOR_FENCE] = {
-		"SELECT " LE_SELECT_COLUMNS " FROM leader_election.leases "
+		"SELECT 1 FROM leader_election.leases "
 		"WHERE name OPERATOR(pg_catalog.=) $1 FOR KEY SHARE SKIP LOCKED",
+		1, {TEXTOID}
+	},
+	[STMT_VISIBLE_TO_SNAPSHOT] = {
+		"SELECT 1 FROM leader_election.leases "
+		"WHERE name OPERATOR(pg_catalog.=) $1",
 		1, {TEXTOID}
 	},
 	[STMT_COUNT_NAMES] = {
@@ -509,42 +516,51 @@ le_store_release(const char *name, int64 term, TimestampTz now)
 }
 
 /*
- * Lock the lease row without waiting and return its latest version.
+ * Lock the lease row without waiting.
  *
  * for_takeover: FOR UPDATE, which conflicts with the FOR KEY SHARE lock of
  * a fenced transaction (assert_leader), so a takeover never slips under a
  * fenced write.  Otherwise FOR KEY SHARE, the fence itself, which does not
  * conflict with renewals and releases (FOR NO KEY UPDATE).
  *
- * Returns false, leaving *row untouched, if the row is absent or locked in
- * a conflicting mode by another transaction.
+ * The lock covers the row's latest version, but under REPEATABLE READ the
+ * values the query returns may be its snapshot's older version, so callers
+ * read the row again with le_store_read() after locking.  A row created after
+ * that snapshot cannot be locked through it at all: that is a serialization
+ * failure (40001), not "locked by someone else".
  */
-bool
-le_store_lock_row(const char *name, bool for_takeover, LeaseRow *row)
+LeRowLock
+le_store_lock_row(const char *name, bool for_takeover)
 {
 	LeSpiCall	call;
 	Datum		v[1];
-	bool		locked;
+	LeaseRow	latest;
+	bool		visible;
 
 	v[0] = CStringGetTextDatum(name);
 	le_spi_begin(&call);
 	le_spi_run(for_takeover ? STMT_LOCK_FOR_TAKEOVER : STMT_LOCK_FOR_FENCE,
 			   v, NULL, false);
-	locked = (SPI_processed == 1);
-	if (locked)
+	if (SPI_processed == 1)
 	{
-		Datum		values[LEASE_NCOLS];
-		bool		nulls[LEASE_NCOLS];
-		MemoryContext spi_cxt;
-
-		heap_deform_tuple(SPI_tuptable->vals[0], SPI_tuptable->tupdesc,
-						  values, nulls);
-		spi_cxt = MemoryContextSwitchTo(call.caller_cxt);
-		le_row_from_datums(values, nulls, row);
-		MemoryContextSwitchTo(spi_cxt);
+		le_spi_end(&call);
+		return LE_ROW_LOCKED;
 	}
+	if (IsolationUsesXactSnapshot())
+		le_spi_run(STMT_VISIBLE_TO_SNAPSHOT, v, NULL, true);
+	visible = !IsolationUsesXactSnapshot() || SPI_processed == 1;
 	le_spi_end(&call);
-	return locked;
+
+	le_store_read(name, &latest);
+	if (!latest.found)
+		return LE_ROW_ABSENT;
+	if (!visible)
+		ereport(ERROR,
+				(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+				 errmsg("could not serialize access to lease \"%s\"", name),
+				 errdetail("The lease row was created after this transaction's snapshot was taken."),
+				 errhint("Retry the transaction.")));
+	return LE_ROW_BUSY;
 }
 
 int64

@@ -68,11 +68,13 @@
 #include "access/xact.h"
 #include "access/xlog.h"
 #include "catalog/pg_type.h"
+#include "commands/dbcommands.h"
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
 #include "pgstat.h"
+#include "port/atomics.h"
 #include "postmaster/bgworker.h"
 #include "postmaster/interrupt.h"
 #include "storage/ipc.h"
@@ -81,12 +83,14 @@
 #include "storage/shmem.h"
 #include "storage/spin.h"
 #include "tcop/pquery.h"
+#include "tcop/utility.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
 #include "utils/portal.h"
 #include "utils/snapmgr.h"
+#include "utils/timeout.h"
 #include "utils/timestamp.h"
 
 #include "compat.h"
@@ -131,6 +135,7 @@ typedef struct LeTaskSlot
 	int64		term;			/* term of the run */
 	int64		ttl_usecs;
 	TimestampTz confirmed_expires;	/* last expiry known to be ours */
+	pg_atomic_uint64 expires_atomic;	/* the same, for the worker's watchdog */
 	bool		cancel_requested;	/* launcher: run must stop */
 	char		cancel_reason[LE_REASON_LEN];
 } LeTaskSlot;
@@ -167,7 +172,10 @@ le_task_shmem_init(void)
 		SpinLockInit(&le_tasks->mutex);
 		le_tasks->nslots = le_max_task_workers;
 		for (int i = 0; i < le_tasks->nslots; i++)
+		{
 			SpinLockInit(&le_tasks->slots[i].mutex);
+			pg_atomic_init_u64(&le_tasks->slots[i].expires_atomic, 0);
+		}
 	}
 	LWLockRelease(AddinShmemInitLock);
 }
@@ -428,12 +436,13 @@ le_task_problem(const LeTask *t)
 }
 
 /*
- * Load one task (by id) into *t, in the caller's SPI connection.  False if
- * it is not there (or not visible to the current role).
+ * Load one task (by id) into *t (strings in into), in the caller's SPI
+ * connection.  False if it is not there (or not visible to the current role).
  */
 static bool
-le_load_task(int64 task_id, LeTask *t)
+le_load_task(int64 task_id, LeTask *t, MemoryContext into)
 {
+	MemoryContext old;
 	Oid			types[1] = {INT8OID};
 	Datum		values[1];
 	char	   *sql = psprintf("%s WHERE t.id OPERATOR(pg_catalog.=) $1", le_task_query);
@@ -445,7 +454,9 @@ le_load_task(int64 task_id, LeTask *t)
 		elog(ERROR, "reading leader_election.tasks failed: %s", SPI_result_code_string(rc));
 	if (SPI_processed == 0)
 		return false;
+	old = MemoryContextSwitchTo(into);
 	le_task_from_tuple(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, t);
+	MemoryContextSwitchTo(old);
 	return true;
 }
 
@@ -474,7 +485,7 @@ le_exec_as_owner(const char *sql, int nargs, Oid *types, Datum *values,
 {
 	Oid			save_userid;
 	int			save_sec;
-	int			rc;
+	volatile int rc = 0;
 
 	GetUserIdAndSecContext(&save_userid, &save_sec);
 	SetUserIdAndSecContext(le_tasks_table_owner(),
@@ -568,6 +579,48 @@ le_worker_sigint(SIGNAL_ARGS)
 	}
 	SetLatch(MyLatch);
 	errno = save_errno;
+}
+
+/*
+ * The worker's own watchdog during a run, in case the launcher cannot
+ * renew or cancel (stopped, stuck): a periodic timeout that cancels the
+ * run when the lease's last known expiry is within ttl/8.  The launcher's
+ * margin (ttl/4) is wider, so normally the launcher acts first.  Runs in a
+ * signal handler: it reads only an atomic and sets interrupt flags.
+ */
+static TimeoutId le_watchdog_timeout;
+static LeTaskSlot *le_watchdog_slot = NULL;
+static int64 le_watchdog_margin = 0;
+static volatile sig_atomic_t le_watchdog_fired = false;
+
+static void
+le_watchdog_handler(void)
+{
+	TimestampTz expires;
+
+	if (!le_worker_in_run || le_watchdog_slot == NULL)
+		return;
+	expires = (TimestampTz) pg_atomic_read_u64(&le_watchdog_slot->expires_atomic);
+	if (GetCurrentTimestamp() >= expires - le_watchdog_margin)
+	{
+		le_watchdog_fired = true;
+		QueryCancelPending = true;
+		InterruptPending = true;
+		SetLatch(MyLatch);
+	}
+}
+
+static void
+le_watchdog_start(LeTaskSlot *slot, int64 ttl_usecs)
+{
+	int			every_ms = (int) Max(ttl_usecs / 10000, 10);
+
+	le_watchdog_slot = slot;
+	le_watchdog_margin = ttl_usecs / 8;
+	le_watchdog_fired = false;
+	enable_timeout_every(le_watchdog_timeout,
+						 TimestampTzPlusMilliseconds(GetCurrentTimestamp(), every_ms),
+						 every_ms);
 }
 
 static LeTaskSlot *
@@ -709,9 +762,12 @@ le_record_end(int64 task_id, int64 run_id, const char *status, const char *error
  * from the catalog with quoted identifiers; the term is a literal number.
  *
  * A non-atomic CALL needs a portal to hang its memory and snapshot on, as
- * when a client sends CALL; we make a throwaway one outside any transaction
- * so that a COMMIT inside the procedure does not drop it.
+ * when a client sends CALL.  The worker makes one, outside any transaction
+ * so that a COMMIT inside the procedure does not drop it, and keeps it for
+ * its whole life; its memory is emptied after every run.
  */
+static Portal le_run_portal = NULL;
+
 static ErrorData *
 le_call_procedure(const LeTask *t, int64 term, MemoryContext cxt)
 {
@@ -726,8 +782,12 @@ le_call_procedure(const LeTask *t, int64 term, MemoryContext cxt)
 		appendStringInfo(&sql, INT64_FORMAT "::pg_catalog.int8", term);
 	appendStringInfoChar(&sql, ')');
 
-	portal = CreateNewPortal();
-	portal->visible = false;
+	if (le_run_portal == NULL)
+	{
+		le_run_portal = CreateNewPortal();
+		le_run_portal->visible = false;
+	}
+	portal = le_run_portal;
 	ActivePortal = portal;
 	PortalContext = portal->portalContext;
 
@@ -763,14 +823,14 @@ le_call_procedure(const LeTask *t, int64 term, MemoryContext cxt)
 	PG_END_TRY();
 
 	MemoryContextSwitchTo(cxt);
-	PortalDrop(portal, false);
+	MemoryContextReset(portal->portalContext);
 	ActivePortal = NULL;
 	PortalContext = NULL;
 	pgstat_report_activity(STATE_IDLE, NULL);
 	return edata;
 }
 
-PGDLLEXPORT void le_task_worker_main(Datum main_arg);
+
 
 void
 le_task_worker_main(Datum main_arg)
@@ -792,6 +852,7 @@ le_task_worker_main(Datum main_arg)
 
 	slot = le_my_slot(DatumGetInt32(main_arg), args.task_id);
 	BackgroundWorkerInitializeConnectionByOid(args.database, args.owner, 0);
+	le_watchdog_timeout = RegisterTimeout(USER_TIMEOUT, le_watchdog_handler);
 
 	SpinLockAcquire(&le_tasks->mutex);
 	strlcpy(identity, le_tasks->identity, sizeof(identity));
@@ -845,7 +906,7 @@ le_task_worker_main(Datum main_arg)
 		SPI_connect();
 		PushActiveSnapshot(GetTransactionSnapshot());
 		le_set_local_lock_timeout();
-		found = le_load_task(args.task_id, t);
+		found = le_load_task(args.task_id, t, tick_cxt);
 		if (found && t->enabled)
 		{
 			if (lease_name == NULL)
@@ -898,6 +959,7 @@ le_task_worker_main(Datum main_arg)
 			slot->term = term;
 			slot->ttl_usecs = t->ttl_usecs;
 			slot->confirmed_expires = expires;
+			pg_atomic_write_u64(&slot->expires_atomic, (uint64) expires);
 			slot->cancel_requested = false;
 			SpinLockRelease(&slot->mutex);
 			le_wake_launcher();
@@ -908,8 +970,10 @@ le_task_worker_main(Datum main_arg)
 				QueryCancelPending = true;
 				InterruptPending = true;
 			}
+			le_watchdog_start(slot, t->ttl_usecs);
 			edata = le_call_procedure(t, term, tick_cxt);
 			le_worker_in_run = false;
+			disable_timeout(le_watchdog_timeout, false);
 			QueryCancelPending = false;
 
 			SpinLockAcquire(&slot->mutex);
@@ -923,6 +987,9 @@ le_task_worker_main(Datum main_arg)
 				le_record_end(t->id, run_id, "succeeded", NULL);
 			else if (edata->sqlerrcode == ERRCODE_QUERY_CANCELED && cancelled)
 				le_record_end(t->id, run_id, "cancelled", reason);
+			else if (edata->sqlerrcode == ERRCODE_QUERY_CANCELED && le_watchdog_fired)
+				le_record_end(t->id, run_id, "cancelled",
+							  "leadership lost: the lease was not renewed in time (noticed by the worker)");
 			else if (edata->sqlerrcode == ERRCODE_QUERY_CANCELED && le_worker_shutdown)
 				le_record_end(t->id, run_id, "cancelled",
 							  "the task worker was told to stop (server shutdown, or the task was stopped)");
@@ -996,6 +1063,8 @@ le_start_worker(const LeTask *t, int i)
 	LeWorkerArgs args;
 	LeTaskSlot *slot = &le_tasks->slots[i];
 	BackgroundWorkerHandle *handle;
+	MemoryContext old;
+	bool		started;
 
 	SpinLockAcquire(&slot->mutex);
 	slot->in_use = true;
@@ -1020,7 +1089,11 @@ le_start_worker(const LeTask *t, int i)
 	args.task_id = t->id;
 	memcpy(worker.bgw_extra, &args, sizeof(args));
 
-	if (!RegisterDynamicBackgroundWorker(&worker, &handle))
+	/* The handle outlives this scan's memory. */
+	old = MemoryContextSwitchTo(TopMemoryContext);
+	started = RegisterDynamicBackgroundWorker(&worker, &handle);
+	MemoryContextSwitchTo(old);
+	if (!started)
 	{
 		ereport(LOG,
 				(errmsg("leader_election: could not start a worker for task \"%s\"", t->name),
@@ -1028,7 +1101,7 @@ le_start_worker(const LeTask *t, int i)
 		le_free_slot(i);
 		return false;
 	}
-	le_launcher_slots[i].handle = MemoryContextAlloc(TopMemoryContext, 0) ? handle : handle;
+	le_launcher_slots[i].handle = handle;
 	le_launcher_slots[i].name = MemoryContextStrdup(TopMemoryContext, t->name);
 	le_launcher_slots[i].last_renewal = 0;
 	le_launcher_slots[i].stopping = false;
@@ -1044,6 +1117,8 @@ static void
 le_launcher_scan(MemoryContext cxt)
 {
 	LeTask	   *tasks = NULL;
+	LeTask	   *all;
+	char	  **problems;
 	int			ntasks = 0;
 	bool	   *wanted;
 	MemoryContext old = CurrentMemoryContext;
@@ -1069,30 +1144,20 @@ le_launcher_scan(MemoryContext cxt)
 				elog(ERROR, "reading leader_election.tasks failed");
 			n = SPI_processed;
 			tasks = MemoryContextAllocZero(cxt, sizeof(LeTask) * (n + 1));
+			problems = MemoryContextAllocZero(cxt, sizeof(char *) * (n + 1));
+			all = MemoryContextAllocZero(cxt, sizeof(LeTask) * (n + 1));
+			MemoryContextSwitchTo(cxt);
 			for (uint64 k = 0; k < n; k++)
 			{
-				LeTask		t;
-				char	   *problem;
-
-				MemoryContextSwitchTo(cxt);
-				le_task_from_tuple(SPI_tuptable->vals[k], SPI_tuptable->tupdesc, &t);
-				problem = le_task_problem(&t);
-				if (problem == NULL)
-					tasks[ntasks++] = t;
+				le_task_from_tuple(SPI_tuptable->vals[k], SPI_tuptable->tupdesc, &all[k]);
+				problems[k] = le_task_problem(&all[k]);
+				if (problems[k] == NULL)
+					tasks[ntasks++] = all[k];
 			}
-			/* Disable the others, now that the result set is copied. */
+			/* Disable the others (this runs more statements, so after the copy). */
 			for (uint64 k = 0; k < n; k++)
-			{
-				LeTask		t;
-				char	   *problem;
-				SPITupleTable *tt = SPI_tuptable;
-
-				MemoryContextSwitchTo(cxt);
-				le_task_from_tuple(tt->vals[k], tt->tupdesc, &t);
-				problem = le_task_problem(&t);
-				if (problem != NULL)
-					le_disable_task_for(&t, problem);
-			}
+				if (problems[k] != NULL)
+					le_disable_task_for(&all[k], problems[k]);
 		}
 		PopActiveSnapshot();
 		SPI_finish();
@@ -1206,10 +1271,10 @@ le_renew_for_run(int i, const char *identity, int64 term, int64 ttl, bool *lost)
 	const char *name = le_launcher_slots[i].name;
 	LeTaskSlot *slot = &le_tasks->slots[i];
 	MemoryContext old = CurrentMemoryContext;
-	bool		renewed = false;
-	TimestampTz expires = 0;
+	volatile bool renewed = false;
+	volatile bool gone = false;
+	volatile TimestampTz expires = 0;
 
-	*lost = false;
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
 	PG_TRY();
@@ -1225,7 +1290,7 @@ le_renew_for_run(int i, const char *identity, int64 term, int64 ttl, bool *lost)
 		le_store_read(name, &row);
 		if (!row.found || row.holder == NULL || strcmp(row.holder, identity) != 0 ||
 			row.term != term)
-			*lost = true;
+			gone = true;
 		else if (le_try_acquire(name, ttl, &who, &retry_at))
 		{
 			CommandCounterIncrement();
@@ -1236,7 +1301,7 @@ le_renew_for_run(int i, const char *identity, int64 term, int64 ttl, bool *lost)
 				expires = row.expires_at;
 			}
 			else
-				*lost = true;
+				gone = true;
 		}
 		PopActiveSnapshot();
 		CommitTransactionCommand();
@@ -1252,11 +1317,15 @@ le_renew_for_run(int i, const char *identity, int64 term, int64 ttl, bool *lost)
 	PG_END_TRY();
 	MemoryContextSwitchTo(old);
 
+	*lost = gone;
 	if (renewed)
 	{
 		SpinLockAcquire(&slot->mutex);
 		if (slot->running && slot->term == term && expires > slot->confirmed_expires)
+		{
 			slot->confirmed_expires = expires;
+			pg_atomic_write_u64(&slot->expires_atomic, (uint64) expires);
+		}
 		SpinLockRelease(&slot->mutex);
 	}
 	return renewed;
@@ -1311,7 +1380,7 @@ le_launcher_tend_runs(const char *identity)
 	return Max(sleep_ms, 10);
 }
 
-PGDLLEXPORT void le_launcher_main(Datum main_arg);
+
 
 void
 le_launcher_main(Datum main_arg)
@@ -1468,13 +1537,6 @@ register_task(PG_FUNCTION_ARGS)
 	values[4] = PG_GETARG_DATUM(3);
 
 	/* The same checks the runner makes, on the values about to be stored. */
-	rc = SPI_execute_with_args(psprintf("%s, (SELECT $1::pg_catalog.text, $2::pg_catalog.oid,"
-										" $3::pg_catalog.regprocedure, $4::pg_catalog.interval,"
-										" $5::pg_catalog.interval) AS dummy",
-										le_task_query),
-							   5, types, values, NULL, true, 0);
-	(void) rc;
-	/* Simpler: evaluate the checks on a pretend row, via a CTE-free query. */
 	rc = SPI_execute_with_args(
 							   "SELECT 0::pg_catalog.int8, $1::pg_catalog.text, $2::pg_catalog.oid,"
 							   " $3::pg_catalog.oid, 0::pg_catalog.int8, 0::pg_catalog.int8, true,"

@@ -11,7 +11,7 @@
 set -euo pipefail
 source "$(dirname "$0")/lib/common.sh"
 
-le_bootstrap pgbouncer postgresql-$LE_PG_MAJOR-cron faketime python3 python3-psycopg2
+le_bootstrap pgbouncer postgresql-$LE_PG_MAJOR-cron faketime python3 python3-psycopg2 $(command -v node >/dev/null || echo nodejs npm)
 
 work=$(le_workdir)
 trap 'le_cluster_stop "$work/cluster"; [ "${LE_KEEP:-0}" = 1 ] || rm -rf "$work"' EXIT

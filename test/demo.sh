@@ -24,12 +24,14 @@
 # Everything it starts (processes, cluster, temp dir) is removed on exit,
 # also on failure or Ctrl-C.
 set -euo pipefail
+# shellcheck source=test/lib/common.sh
 source "$(dirname "$0")/lib/common.sh"
 
 NAME=demo          # the election name the containers contend for
 TTL='1.2 s'        # the blog's ttl ...
 PERIOD=1           # ... and its "try once per second"
 
+# shellcheck disable=SC2119  # no extra packages
 le_bootstrap
 
 tmp=$(mktemp -d /tmp/leader_election_demo.XXXXXX)

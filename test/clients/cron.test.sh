@@ -4,6 +4,7 @@
 # the lease names.  Later runs by the others within the ttl do nothing; the
 # winner's rerun renews (same term); a database that cannot be reached is
 # an error for cron to report, and runs nothing.
+# shellcheck source=test/clients/lib.sh
 source "$(dirname "$0")/lib.sh"
 cl_setup cron
 

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # test/clients/lib.sh: shared by the client examples' test wrappers
 # (test/clients/*.test.sh), which test/all.sh runs against its throwaway
 # cluster with PGHOST, PGPORT and PGUSER set.
@@ -14,6 +15,7 @@
 
 set -euo pipefail
 
+# shellcheck disable=SC2034  # used by the wrappers
 CL_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 CL_PIDS=()
 CL_FAILED=0

@@ -19,8 +19,10 @@ The loop, every ttl/3:
     still holds the lease, and no other replica can be elected until it has
     committed.
 
-The unit of work here is a row in worker_output (term, worker, at); a real
-service would do its own writes in that transaction.  SIGTERM or SIGINT
+The unit of work here is a row in a table the deployment creates:
+    CREATE TABLE worker_output (id bigserial PRIMARY KEY, term bigint NOT NULL,
+        worker text NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp());
+a real service would do its own writes in that transaction.  SIGTERM or SIGINT
 releases the lease (a successor takes over at once) and exits.
 """
 import argparse
@@ -64,11 +66,6 @@ def main():
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-
-    with conn:  # a transaction, committed at the end of the block
-        cur.execute("CREATE TABLE IF NOT EXISTS worker_output ("
-                    " id bigserial PRIMARY KEY, term bigint NOT NULL,"
-                    " worker text NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp())")
 
     term = None  # our term while we believe we lead, else None
     while not stopping:

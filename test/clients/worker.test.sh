@@ -11,6 +11,7 @@
 #   4. SIGTERM: the leader releases and exits 0;
 #   5. every fenced row: terms never decrease, one worker per term, and each
 #      term's worker is the holder history records for it.
+# shellcheck source=test/clients/lib.sh
 source "$(dirname "$0")/lib.sh"
 cl_setup worker
 
@@ -18,6 +19,9 @@ cl_setup worker
 PY=${LE_PYTHON:-/usr/bin/python3}
 NAME=py-worker
 TTL=3   # renew every second
+
+q "CREATE TABLE worker_output (id bigserial PRIMARY KEY, term bigint NOT NULL,
+       worker text NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp())"
 
 declare -A pid=()
 start() {
@@ -58,7 +62,7 @@ cl_check "$other writes in term 2" has_rows "$other" 2 1
 
 # 3. Kill the leader: session-bound lease, takeover without waiting the ttl.
 kill_at=$(q "SELECT clock_timestamp()")
-kill -KILL "${pid[$other]}"
+{ kill -KILL "${pid[$other]}"; wait "${pid[$other]}"; } 2>/dev/null || true   # (quiet: no "Killed")
 cl_wait_until 30 term_is 3 || true
 cl_eq "after the kill, $first leads term 3" "$first" "$(leader)"
 cl_eq "term 2 ended with its session (not by expiry)" session_ended \
@@ -92,5 +96,8 @@ cl_eq "every row was written while its term held the lease" 0 \
             ON h.name = '$NAME' AND h.term = w.term
           WHERE w.at < h.acquired_at OR w.at > coalesce(h.ended_at, 'infinity')")"
 cl_eq "terms 1, 2, 3 all wrote" 3 "$(q "SELECT count(DISTINCT term) FROM worker_output")"
+
+no_traceback() { ! grep -q Traceback "$CL_TMP"/*.log; }
+cl_check "no worker crashed" no_traceback
 
 cl_done

@@ -222,20 +222,45 @@ set_outcome(Outcome *o, const char *result, long long term, const char *state)
 }
 
 /*
- * Classify a failed statement: a lost connection is 08006; otherwise the
- * server's SQLSTATE.  Leaves the session outside any transaction if it is
- * still usable.
+ * Did this error end the session?  libpq reports a connection lost in the
+ * middle of a command without a SQLSTATE (and may still say CONNECTION_OK
+ * until the next call); the server ends sessions with class 57P0x (admin
+ * shutdown, crash of another process) and 08.
+ */
+static bool
+session_lost(Client *c, const char *state)
+{
+	return PQstatus(c->conn) != CONNECTION_OK || state == NULL ||
+		strncmp(state, "08", 2) == 0 || strncmp(state, "57P0", 4) == 0;
+}
+
+/* Drop a session that is gone; the main loop reconnects. */
+static void
+drop_session(Client *c)
+{
+	PQfinish(c->conn);
+	c->conn = NULL;
+}
+
+/*
+ * Classify a failed statement (not COMMIT): the transaction did not commit,
+ * whatever happened to the session, so this is a definite failure.  A lost
+ * session is reported as 08006 and dropped; otherwise the session is left
+ * outside any transaction.
  */
 static void
 failed(Client *c, PGresult *res, Outcome *o)
 {
 	const char *state = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
 
-	if (PQstatus(c->conn) != CONNECTION_OK)
-		state = "08006";
-	set_outcome(o, "fail", -1, state ? state : "XX000");
-	if (PQstatus(c->conn) == CONNECTION_OK &&
-		PQtransactionStatus(c->conn) != PQTRANS_IDLE)
+	if (session_lost(c, state))
+	{
+		set_outcome(o, "fail", -1, state ? state : "08006");
+		drop_session(c);
+		return;
+	}
+	set_outcome(o, "fail", -1, state);
+	if (PQtransactionStatus(c->conn) != PQTRANS_IDLE)
 		PQclear(PQexec(c->conn, "ROLLBACK"));
 }
 
@@ -263,29 +288,45 @@ run(Client *c, Outcome *o, PGresult **out, const char *sql, int nparams,
 
 /*
  * COMMIT, the linearisation point.  ok if it committed; fail if the server
- * reports the transaction rolled back or an error with the session alive;
- * info if the connection broke with COMMIT in flight: it may have committed.
+ * says the transaction rolled back, or reports an error and lives on; info
+ * if the session was lost with COMMIT in flight: it may have committed.
  */
 static bool
 commit(Client *c, Outcome *o, long long term)
 {
 	PGresult   *res = PQexec(c->conn, "COMMIT");
+	ExecStatusType st = PQresultStatus(res);
+	const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
 	bool		ok = false;
 
-	if (PQresultStatus(res) == PGRES_COMMAND_OK &&
-		strcmp(PQcmdStatus(res), "COMMIT") == 0)
+	if (st == PGRES_COMMAND_OK && strcmp(PQcmdStatus(res), "COMMIT") == 0)
 	{
 		set_outcome(o, "ok", term, NULL);
 		ok = true;
 	}
-	else if (PQresultStatus(res) == PGRES_COMMAND_OK)
+	else if (st == PGRES_COMMAND_OK)
 		set_outcome(o, "fail", term, "40000");	/* COMMIT of an aborted txn */
-	else if (PQstatus(c->conn) != CONNECTION_OK)
-		set_outcome(o, "info", term, "08006");
+	else if (session_lost(c, state))
+	{
+		set_outcome(o, "info", term, state ? state : "08006");
+		drop_session(c);
+	}
 	else
-		failed(c, res, o);
+	{
+		set_outcome(o, "fail", term, state);
+		if (PQtransactionStatus(c->conn) != PQTRANS_IDLE)
+			PQclear(PQexec(c->conn, "ROLLBACK"));
+	}
 	PQclear(res);
 	return ok;
+}
+
+/* Server notices (the crash WARNING, say) would only clutter stderr. */
+static void
+quiet_notices(void *arg, const char *message)
+{
+	(void) arg;
+	(void) message;
 }
 
 static void
@@ -311,7 +352,10 @@ connect_client(Client *c)
 	c->conn = PQconnectdbParams(keys, vals, 1);
 	c->timeouts_set = false;
 	if (PQstatus(c->conn) == CONNECTION_OK)
+	{
+		PQsetNoticeProcessor(c->conn, quiet_notices, NULL);
 		set_outcome(&o, "ok", -1, NULL);
+	}
 	else
 	{
 		set_outcome(&o, "fail", -1, "08001");

@@ -37,6 +37,11 @@ my %before = map { split /\|/ } split /\n/,
 is_deeply(\%before, { named => 3, rel => 1, sess => 1 },
 	'committed terms before the crash');
 
+# A waiter blocked on 'named' when the crash comes (it dies with the rest).
+my $waiter = le_session($node);
+ok(le_start_wait($node, $waiter, q{SELECT wait_for_leadership('named', '1 hour', NULL, 'w')}),
+	'a waiter blocks on named');
+
 # An open transaction: a brand-new name and a takeover of 'rel', both
 # uncommitted when the crash comes.
 my $open = le_session($node);
@@ -53,7 +58,7 @@ $node->wait_for_log(qr/all server processes terminated; reinitializing/,
 	$log_offset);
 ok(le_poll($node, 'SELECT NOT pg_is_in_recovery()'),
 	'server accepts connections again after the crash cycle');
-le_quit($open, $sess);
+le_quit($open, $sess, $waiter);
 
 my %after = map { split /\|/ } split /\n/,
   $node->safe_psql('postgres',
@@ -94,6 +99,22 @@ for my $name (sort keys %before)
 		"$name: the next grant's term ($new{$name}) is above the committed one ($before{$name})");
 }
 is($new{uncommitted}, 1, 'the never-committed name starts again at term 1');
+
+# Shared memory was rebuilt: no waiter counted from before the crash, and
+# wakeups work again.
+is($node->safe_psql('postgres',
+		q{SELECT waiting_candidates FROM leader_election.leaders WHERE name = 'named'}),
+	'0', 'waiting_candidates after the crash: the dead waiter is not counted');
+my $holder = le_session($node);
+is($holder->query_safe(q{SELECT try_acquire_leader('post', '1 hour')}), 't',
+	'after the crash: a session takes post');
+$waiter = le_session($node);
+ok(le_start_wait($node, $waiter, q{SELECT wait_for_leadership('post', '1 hour')}),
+	'after the crash: a waiter blocks on post');
+$holder->query_safe(q{SELECT release_leader('post')});
+my ($out) = le_collect($waiter);
+is($out, 't', 'after the crash: the waiter is woken by the release');
+le_quit($holder, $waiter);
 
 $node->stop;
 done_testing();

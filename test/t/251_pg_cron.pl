@@ -103,6 +103,6 @@ is($node->safe_psql('postgres',
 		q{SELECT count(*) FROM cron.job_run_details WHERE status <> 'succeeded'}),
 	0, 'no run failed');
 
-$node->safe_psql('postgres', q{SELECT cron.unschedule('nightly')});
+app(q{SELECT cron.unschedule('nightly')});
 $node->stop;
 done_testing();

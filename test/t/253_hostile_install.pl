@@ -237,9 +237,15 @@ check_clean('during CREATE EXTENSION');
 
 # The stored expressions name pg_catalog's objects.  Deparsed with the traps
 # ahead of pg_catalog, anything that is not the trap must be schema-qualified.
+# These queries run with that search_path, so they qualify their own
+# operators; and pg_get_viewdef() itself runs an SPI query with a bare "=" on
+# oids (PostgreSQL's ruleutils.c), which the oid = oid trap catches: that is
+# PostgreSQL's doing, not ours, so that call is rolled back.
 my $viewdef = $node->safe_psql('postgres', q{
-	SET search_path = evil, pg_catalog;
-	SELECT pg_get_viewdef('leader_election.leaders'::regclass)});
+	BEGIN;
+	SET LOCAL search_path = evil, pg_catalog;
+	SELECT pg_get_viewdef('leader_election.leaders'::regclass);
+	ROLLBACK;});
 like($viewdef, qr/OPERATOR\(pg_catalog\.-\)/, 'view: OPERATOR(pg_catalog.-)');
 like($viewdef, qr/pg_catalog\.pg_has_role\(/, 'view: pg_catalog.pg_has_role');
 like($viewdef, qr/pg_catalog\.date_part\(/, 'view: pg_catalog.date_part');
@@ -248,13 +254,14 @@ unlike($viewdef, qr/evil\./, 'view: no reference to the attacker\'s schema');
 my $policy = $node->safe_psql('postgres', q{
 	SET search_path = evil, pg_catalog;
 	SELECT pg_get_expr(polqual, polrelid) FROM pg_policy
-	 WHERE polrelid = 'leader_election.history'::regclass});
+	 WHERE polrelid OPERATOR(pg_catalog.=) 'leader_election.history'::regclass});
 like($policy, qr/pg_catalog\.pg_has_role\(/, 'policy: pg_catalog.pg_has_role');
 my $checks = $node->safe_psql('postgres', q{
 	SET search_path = evil, pg_catalog;
 	SELECT string_agg(pg_get_constraintdef(oid), ' ') FROM pg_constraint
-	 WHERE conrelid IN ('leader_election.leases'::regclass, 'leader_election.history'::regclass)
-	   AND contype = 'c'});
+	 WHERE conrelid OPERATOR(pg_catalog.=) ANY
+	       (ARRAY['leader_election.leases', 'leader_election.history']::pg_catalog.regclass[])
+	   AND contype OPERATOR(pg_catalog.=) 'c'});
 like($checks, qr/OPERATOR\(pg_catalog\.<=\)/, 'check constraint: OPERATOR(pg_catalog.<=)');
 like($checks, qr/OPERATOR\(pg_catalog\.=\)/, 'check constraint: OPERATOR(pg_catalog.=)');
 
@@ -266,10 +273,6 @@ $node->safe_psql('postgres', q{
 		wait_for_leadership(text, interval, interval, text),
 		leader_term(text, text), assert_leader(text, bigint, text),
 		current_leader(text) TO app, attacker;
-	-- FIXME: the install script grants SELECT on the view and the history
-	-- to PUBLIC but not USAGE on their schema (see the report); until it
-	-- does, the administrator has to.
-	GRANT USAGE ON SCHEMA leader_election TO app, attacker;
 });
 my $use = q{
 	SET search_path = evil, public, pg_catalog;
@@ -312,6 +315,19 @@ is($node->safe_psql('postgres',
 	'h2:2,h2:2', 'the app\'s calls did what they should (sanity)');
 check_clean('while the API was used');
 
+# Negative control: the traps do fire on an unqualified call that they match
+# better than pg_catalog does (a more specific argument type, or a
+# search_path with pg_catalog after them), so their silence above is real.
+$node->safe_psql('postgres', q{
+	SET search_path = evil, public;
+	SELECT octet_length('x'::character varying);
+	SET search_path = evil, pg_catalog;
+	SELECT 1::bigint = 2::bigint;
+}, extra_params => [ '-U', 'app' ]);
+like(calls(), qr/^2: app evil\.int8eq.*app evil\.octet_length\(character varying\)$/,
+	'(negative control: unqualified calls as app do hit the traps)');
+$node->safe_psql('postgres', 'TRUNCATE evil.calls');
+
 # ==== (c) upgrade paths, under the same traps ====
 my @targets = split /\n/, $node->safe_psql('postgres', q{
 	SELECT target FROM pg_extension_update_paths('leader_election')
@@ -350,6 +366,23 @@ TODO:
 	local $TODO = 'the install does not yet refuse a target schema owned by an untrusted role';
 	ok($state ne '' || $api_schema_owner ne 'attacker',
 		'the API is never installed into a schema the attacker owns');
+
+	# Why it matters: owning the schema the API lives in, the attacker adds
+	# an overload that untyped literals prefer (text over interval), and a
+	# superuser's ordinary call runs the attacker's code.
+	if ($state eq '' && $api_schema_owner eq 'attacker')
+	{
+		attacker(qq{
+			CREATE TABLE "$su".hits (who name DEFAULT current_user);
+			GRANT INSERT ON "$su".hits TO PUBLIC;
+			CREATE FUNCTION "$su".try_acquire_leader(text, text) RETURNS boolean
+			LANGUAGE sql AS 'INSERT INTO "$su".hits DEFAULT VALUES RETURNING true';},
+			'squat');
+		$node->safe_psql('squat',
+			q{SELECT try_acquire_leader('x', '1 minute')});
+		is($node->safe_psql('squat', qq{SELECT count(*) FROM "$su".hits}),
+			'0', "a superuser's try_acquire_leader('x', '1 minute') runs our function");
+	}
 }
 $node->safe_psql('squat', 'DROP EXTENSION IF EXISTS leader_election');
 
