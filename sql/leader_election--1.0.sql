@@ -14,6 +14,34 @@
 
 \echo Use "CREATE EXTENSION leader_election" to load this file. \quit
 
+/*
+ * Refuse to put the API into a schema an untrusted role owns: its owner could
+ * add look-alike overloads there that a superuser's ordinary call would pick.
+ * "$user" comes first in the default search_path, so a role that creates a
+ * schema named after the installing superuser would otherwise receive it.
+ * During CREATE EXTENSION, current_schema() is the target schema.
+ */
+DO $check_target_schema$
+BEGIN
+    IF NOT EXISTS (
+        SELECT 1
+          FROM pg_catalog.pg_namespace AS n
+          JOIN pg_catalog.pg_roles AS r ON r.oid OPERATOR(pg_catalog.=) n.nspowner
+         WHERE n.nspname OPERATOR(pg_catalog.=) pg_catalog.current_schema()
+           AND (r.rolsuper
+                OR r.rolname OPERATOR(pg_catalog.=) 'pg_database_owner'
+                OR n.nspowner OPERATOR(pg_catalog.=)
+                   (SELECT d.datdba FROM pg_catalog.pg_database AS d
+                     WHERE d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database())))
+    THEN
+        RAISE EXCEPTION 'leader_election must not be installed into schema "%"', pg_catalog.current_schema()
+            USING ERRCODE = 'insufficient_privilege',
+                  DETAIL = 'The schema is owned by a role that is neither a superuser nor the database owner.',
+                  HINT = 'Use CREATE EXTENSION leader_election SCHEMA public (or another trusted schema).';
+    END IF;
+END
+$check_target_schema$;
+
 CREATE SCHEMA leader_election;
 COMMENT ON SCHEMA leader_election IS
     'State of the leader_election extension: leases, history, views';
@@ -245,6 +273,12 @@ CREATE TABLE leader_election.task_runs (
         (status OPERATOR(pg_catalog.=) ANY (ARRAY['running', 'succeeded', 'failed', 'cancelled', 'skipped']::pg_catalog.text[]))
 );
 CREATE INDEX task_runs_task_id_idx ON leader_election.task_runs (task_id, id);
+COMMENT ON SEQUENCE leader_election.tasks_id_seq IS
+    'Ids of leader_election.tasks';
+COMMENT ON SEQUENCE leader_election.task_runs_id_seq IS
+    'Ids of leader_election.task_runs';
+COMMENT ON INDEX leader_election.task_runs_task_id_idx IS
+    'Runs of one task in order: retention trims the oldest';
 COMMENT ON TABLE leader_election.task_runs IS
     'One row per task run (or skipped run): the term it ran in, when, and how it ended (running, succeeded, failed, cancelled, skipped) with the error text; the newest leader_election.task_runs_max rows per task are kept';
 REVOKE ALL ON TABLE leader_election.task_runs FROM PUBLIC;

@@ -15,6 +15,10 @@
  * instant the backend exits, however it exits.  Another backend asks "is that
  * session alive?" by trying a conflicting lock without waiting.
  *
+ * On a hot standby the primary's backends are invisible, so there a session
+ * holder counts as alive and the ttl alone decides; after promotion the old
+ * primary's sessions are gone and their leases are free at once.
+ *
  * Consequence (documented): pg_advisory_unlock_all() and DISCARD ALL release
  * every session-level advisory lock, this one included, and so end the
  * session's session-bound leases.  The next acquisition re-takes the lock.
@@ -23,6 +27,7 @@
  */
 #include "postgres.h"
 
+#include "access/xlog.h"
 #include "miscadmin.h"
 #include "storage/lock.h"
 #include "utils/memutils.h"
@@ -103,6 +108,13 @@ bool
 le_session_alive(int32 pid, TimestampTz started)
 {
 	LOCKTAG		tag;
+
+	/*
+	 * A hot standby cannot see the primary's backends: there the ttl alone
+	 * decides, and answers are as stale as replication (documented).
+	 */
+	if (RecoveryInProgress())
+		return true;
 
 	le_session_locktag(&tag, pid, started);
 	if (le_is_own_session(pid, started))

@@ -111,10 +111,14 @@ void
 _PG_init(void)
 {
 	le_define_settings();
-	le_task_define_settings();
 
+	/*
+	 * The task runner's settings are postmaster-level, which may only be
+	 * created while preloading; without preloading there is no task runner.
+	 */
 	if (process_shared_preload_libraries_in_progress)
 	{
+		le_task_define_settings();
 		le_task_runner_register();
 #ifdef LE_HAVE_SHMEM_REQUEST_HOOK
 		prev_shmem_request_hook = shmem_request_hook;

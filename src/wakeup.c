@@ -147,10 +147,30 @@ le_xact_touched(const char *name)
 	le_xact_any_slot = true;
 }
 
+/*
+ * At backend exit, however it exits (FATAL from pg_terminate_backend skips
+ * wait_for_leadership's own cleanup): leave the waiter count and wake the
+ * waiters of the session-bound leases this session held.
+ *
+ * on_shmem_exit callbacks run after the before_shmem_exit ones, among them
+ * the one that releases this session's locks, and before ProcKill, so the
+ * liveness lock is already gone and MyProc is still usable.
+ */
 static void
-le_on_session_exit(int code, Datum arg)
+le_on_backend_exit(int code, Datum arg)
 {
+	le_wait_end();
 	le_broadcast_bits(le_session_slots);
+}
+
+static void
+le_register_exit_callback(void)
+{
+	if (!le_exit_callback_registered)
+	{
+		on_shmem_exit(le_on_backend_exit, (Datum) 0);
+		le_exit_callback_registered = true;
+	}
 }
 
 /* This session holds `name` under its session identity. */
@@ -160,16 +180,7 @@ le_wake_on_session_exit(const char *name)
 	if (le_wake == NULL)
 		return;
 	le_set_bit(le_session_slots, le_slot_of(name));
-	if (!le_exit_callback_registered)
-	{
-		/*
-		 * on_shmem_exit callbacks run after the before_shmem_exit ones, among
-		 * them the one that releases this session's locks, and before
-		 * ProcKill, so the liveness lock is gone and MyProc still usable.
-		 */
-		on_shmem_exit(le_on_session_exit, (Datum) 0);
-		le_exit_callback_registered = true;
-	}
+	le_register_exit_callback();
 }
 
 static void
@@ -249,6 +260,7 @@ le_wait_begin(const char *name)
 {
 	if (le_wake == NULL)
 		return;
+	le_register_exit_callback();
 	le_waiting_slot = le_slot_of(name);
 	pg_atomic_fetch_add_u32(&le_wake->slots[le_waiting_slot].waiters, 1);
 	ConditionVariablePrepareToSleep(&le_wake->slots[le_waiting_slot].cv);

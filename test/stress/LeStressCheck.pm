@@ -251,6 +251,24 @@ sub check
 					$n, $next->{term}, $next->{holder}, $next->{granted_at},
 					($end - $next->{granted_at}) / 1e6, $prev->{term}, $prev->{holder}));
 			}
+			# The extension's own record of the end must agree: set once a
+			# later term exists, no later than the next grant, and for an
+			# expiry exactly the last renewed expires_at.
+			next unless $h;
+			if (!defined $h->{ended_at})
+			{
+				$bad->('C3', "$n term $prev->{term}: history has no end although term $next->{term} followed");
+			}
+			elsif ($h->{ended_at} > $next->{granted_at})
+			{
+				$bad->('C3', "$n term $prev->{term}: history says it ended after term $next->{term} began");
+			}
+			elsif ($h->{end_reason} eq 'expired'
+				&& $h->{ended_at} != $prev->{expires_at})
+			{
+				$bad->('C3', sprintf("%s term %s: history says it expired at %d, its last renewal said %d",
+					$n, $prev->{term}, $h->{ended_at}, $prev->{expires_at}));
+			}
 		}
 	}
 

@@ -83,5 +83,24 @@ is($node->safe_psql('postgres', q{SELECT status FROM leader_election.task_runs
 ok(le_poll($node, q{SELECT holder IS NULL FROM leader_election.leases WHERE name = 'endless'}),
 	'and the lease is released');
 
+# The launcher stops renewing (frozen with SIGSTOP): the worker's own
+# watchdog cancels the run before the lease can expire.
+$node->safe_psql('postgres', q{SET ROLE app;
+	SELECT leader_election.register_task('watched', 'public.endless(bigint)', '1 hour', '2 seconds')});
+ok(le_poll($node, q{SELECT count(*) FROM leader_election.task_runs
+	WHERE task_name = 'watched' AND status = 'running'}, '1'), 'the watched run started');
+my $launcher = $node->safe_psql('postgres', q{SELECT pid FROM pg_stat_activity
+	WHERE backend_type = 'leader_election launcher'});
+kill 'STOP', $launcher;
+# Nobody renews now: the worker is inside CALL and the launcher is frozen.
+my $expiry = $node->safe_psql('postgres', q{SELECT expires_at FROM leader_election.leases WHERE name = 'watched'});
+my $ok = le_poll($node, q{SELECT status || ': ' || error FROM leader_election.task_runs WHERE task_name = 'watched'},
+	'cancelled: leadership lost: the lease was not renewed in time (noticed by the worker)', 30);
+kill 'CONT', $launcher;
+ok($ok, 'without renewals the worker cancels its own run');
+is($node->safe_psql('postgres', qq{SELECT finished_at < '$expiry'
+	FROM leader_election.task_runs WHERE task_name = 'watched'}), 't',
+	'the run ended before the lease expired');
+
 $node->stop;
 done_testing();

@@ -123,6 +123,20 @@ my @bad = (
 		}
 	],
 	[
+		'history records an expiry other than the last renewed expires_at', 'C3',
+		sub {
+			my $h = shift;
+			row_of($h->{history}, sub { $_[0][1] == 2 })->[4] = $S + 3_050_000;
+		}
+	],
+	[
+		'history leaves a term open although a later term began', 'C3',
+		sub {
+			my $h = shift;
+			@{ row_of($h->{history}, sub { $_[0][1] == 2 }) }[ 4, 5 ] = ('\N', '\N');
+		}
+	],
+	[
 		'reused term: term 2 granted again, to c2', 'C1',
 		sub {
 			my $h = shift;
