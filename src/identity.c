@@ -37,13 +37,19 @@
 
 static char *le_session_identity = NULL;
 
+/*
+ * The liveness lock of backend (pid, started): (database, pid, low 32 bits
+ * of the start time).  A lease and its holder's session always share a
+ * database, so pg_locks shows it like any advisory lock of this database.
+ * A reused pid matches only if the new backend started a whole multiple of
+ * 2^32 microseconds (71.6 minutes) after the old one to the microsecond; even
+ * then the worst case is a dead holder's lease waiting for its ttl.
+ */
 static void
 le_session_locktag(LOCKTAG *tag, int32 pid, TimestampTz started)
 {
-	uint64		s = (uint64) started;
-
-	SET_LOCKTAG_ADVISORY(*tag, (uint32) pid, (uint32) (s >> 32), (uint32) s,
-						 LE_LOCKTAG_SESSION);
+	SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId, (uint32) pid,
+						 (uint32) ((uint64) started), LE_LOCKTAG_SESSION);
 }
 
 static const char *

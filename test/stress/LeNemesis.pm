@@ -8,8 +8,9 @@
 #   crash      SIGKILL a random client backend: the postmaster kills every
 #              session and reinitialises (needs restart_after_crash = on)
 #   restart    immediate stop of the server, then start
-#   timeouts   SIGUSR1 to 1-3 random clients: le_stress runs their next
-#              operations with statement_timeout / lock_timeout of a few ms
+#   timeouts   SIGUSR1 to 1-3 random clients: le_stress runs their
+#              operations for 2 s with statement_timeout 1-5 ms and
+#              lock_timeout 1-3 ms
 # Kinds are drawn as shuffled rounds, so every kind occurs once before any
 # occurs twice.  Before each fault the nemesis waits (bounded) until some
 # client holds the lease again, so most faults hit a live leader.

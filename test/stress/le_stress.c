@@ -386,7 +386,7 @@ apply_timeouts(Client *c)
 	{
 		snprintf(sql, sizeof(sql),
 				 "SET statement_timeout = '%dms'; SET lock_timeout = '%dms'",
-				 1 + (int) (rng_unit() * 20), 1 + (int) (rng_unit() * 5));
+				 1 + (int) (rng_unit() * 5), 1 + (int) (rng_unit() * 3));
 		PQclear(PQexec(c->conn, sql));
 		c->timeouts_set = true;
 	}

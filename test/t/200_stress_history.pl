@@ -83,7 +83,9 @@ sub stress_run
 			seed   => $seed,
 			ttl_ms => $ttl_ms,
 			prefix => "$o{label}_",
-			kinds  => $o{kinds} || [@LeNemesis::KINDS]);
+			# Bounded in count as well as in time.
+			max_faults => 2 * $o{fault_seconds},
+			kinds      => $o{kinds} || [@LeNemesis::KINDS]);
 		$nemesis->run($o{fault_seconds});
 		$nemesis->cleanup;
 		$h->finish;

@@ -213,7 +213,8 @@ my @bad = (
 		'the run ended before liveness after the last fault could be judged', 'C6',
 		sub {
 			my $h = shift;
-			$h->{client} = [ grep { $_->[2] < $M + 15 * $sec } @{ $h->{client} } ];
+			$h->{client} = [ grep { $_->[2] < $M + 15 * $sec
+				  && !($_->[0] == 2 && $_->[1] eq 'acquire') } @{ $h->{client} } ];
 		}
 	],
 );

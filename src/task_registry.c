@@ -1,0 +1,488 @@
+/*-------------------------------------------------------------------------
+ *
+ * task_registry.c
+ *	  What a task is: the SQL functions that register, unregister, enable
+ *	  and disable tasks, the checks a task must pass to run, and reading
+ *	  tasks for the launcher and the workers.
+ *
+ * register_task() stores a row of leader_election.tasks for the calling
+ * role after the same checks (le_task_problem) that the launcher makes
+ * before starting a worker and the worker makes before every run, so a
+ * task that registers is one that can run, and one that no longer can is
+ * disabled with the same words.  Ordinary roles have no write access to the
+ * task tables: every write goes through le_exec_as_task_tables_owner(),
+ * with parameters only, never concatenated values.
+ *
+ * This file never starts, stops or signals a worker and never touches a
+ * lease: a task's lease name is checked against its owner here (lease.c,
+ * I8) but only the worker ever takes it.  The design of the runner is in
+ * task_runner.h.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "catalog/pg_type.h"
+#include "commands/dbcommands.h"
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "miscadmin.h"
+#include "tcop/utility.h"
+#include "utils/acl.h"
+#include "utils/builtins.h"
+
+#include "task_runner.h"
+
+PG_FUNCTION_INFO_V1(register_task);
+PG_FUNCTION_INFO_V1(unregister_task);
+PG_FUNCTION_INFO_V1(enable_task);
+PG_FUNCTION_INFO_V1(disable_task);
+
+#define LE_TASK_MIN_USECS		USECS_PER_SEC
+#define LE_TASK_MAX_TTL_USECS	USECS_PER_DAY
+#define LE_TASK_MAX_EVERY_USECS	(7 * USECS_PER_DAY)
+
+/*
+ * Everything about a task and its owner and procedure, in one query over
+ * a source of task rows (the tasks table, or the values register_task is
+ * about to store).  The privilege functions are only called for objects
+ * that exist.  Runs under any role: pg_roles and pg_proc are public, and
+ * the tasks row is visible to its owner (and to the launcher's superuser).
+ * Columns in the order le_task_from_tuple() reads them.
+ */
+static char *
+le_task_query(const char *source, const char *tail)
+{
+	return psprintf(
+					"SELECT t.id, t.name, t.owner, t.procedure::pg_catalog.oid,"
+					"  (pg_catalog.date_part('epoch', t.ttl) OPERATOR(pg_catalog.*) 1000000)::pg_catalog.int8,"
+					"  (pg_catalog.date_part('epoch', t.run_every) OPERATOR(pg_catalog.*) 1000000)::pg_catalog.int8,"
+					"  t.enabled,"
+					"  r.oid IS NOT NULL, r.rolname::pg_catalog.text, r.rolcanlogin, r.rolsuper,"
+					"  CASE WHEN r.oid IS NOT NULL THEN pg_catalog.has_database_privilege(t.owner,"
+					"       pg_catalog.current_database(), 'CONNECT') END,"
+					"  p.oid IS NOT NULL, n.nspname::pg_catalog.text, p.proname::pg_catalog.text,"
+					"  t.procedure::pg_catalog.text, p.prokind::pg_catalog.text, p.pronargs::pg_catalog.int4,"
+					"  CASE WHEN p.pronargs OPERATOR(pg_catalog.>) 0 THEN p.proargtypes[0] END,"
+					"  p.proallargtypes IS NULL,"
+					"  CASE WHEN r.oid IS NOT NULL AND p.oid IS NOT NULL THEN"
+					"       pg_catalog.has_schema_privilege(t.owner, p.pronamespace, 'USAGE') AND"
+					"       pg_catalog.has_function_privilege(t.owner, p.oid, 'EXECUTE') END"
+					" FROM %s AS t"
+					" LEFT JOIN pg_catalog.pg_roles AS r ON r.oid OPERATOR(pg_catalog.=) t.owner"
+					" LEFT JOIN pg_catalog.pg_proc AS p ON p.oid OPERATOR(pg_catalog.=) t.procedure::pg_catalog.oid"
+					" LEFT JOIN pg_catalog.pg_namespace AS n ON n.oid OPERATOR(pg_catalog.=) p.pronamespace"
+					" %s",
+					source, tail);
+}
+
+/* ---- reading SPI results ---- */
+
+static bool
+le_spi_bool(HeapTuple tup, TupleDesc desc, int col)
+{
+	bool		isnull;
+	Datum		d = SPI_getbinval(tup, desc, col, &isnull);
+
+	return !isnull && DatumGetBool(d);
+}
+
+int64
+le_spi_int64(HeapTuple tup, TupleDesc desc, int col)
+{
+	bool		isnull;
+	Datum		d = SPI_getbinval(tup, desc, col, &isnull);
+
+	return isnull ? 0 : DatumGetInt64(d);
+}
+
+static Oid
+le_spi_oid(HeapTuple tup, TupleDesc desc, int col)
+{
+	bool		isnull;
+	Datum		d = SPI_getbinval(tup, desc, col, &isnull);
+
+	return isnull ? InvalidOid : DatumGetObjectId(d);
+}
+
+/* Fill *t from a row of le_task_query(); strings in the current context. */
+static void
+le_task_from_tuple(HeapTuple tup, TupleDesc desc, LeTask *t)
+{
+	char	   *kind;
+	bool		isnull;
+
+	memset(t, 0, sizeof(LeTask));
+	t->id = le_spi_int64(tup, desc, 1);
+	t->name = SPI_getvalue(tup, desc, 2);
+	t->owner = le_spi_oid(tup, desc, 3);
+	t->procedure = le_spi_oid(tup, desc, 4);
+	t->ttl_usecs = le_spi_int64(tup, desc, 5);
+	t->every_usecs = le_spi_int64(tup, desc, 6);
+	t->enabled = le_spi_bool(tup, desc, 7);
+	t->role_exists = le_spi_bool(tup, desc, 8);
+	t->role_name = SPI_getvalue(tup, desc, 9);
+	t->can_login = le_spi_bool(tup, desc, 10);
+	t->superuser = le_spi_bool(tup, desc, 11);
+	t->can_connect = le_spi_bool(tup, desc, 12);
+	t->proc_exists = le_spi_bool(tup, desc, 13);
+	t->proc_schema = SPI_getvalue(tup, desc, 14);
+	t->proc_name = SPI_getvalue(tup, desc, 15);
+	t->proc_text = SPI_getvalue(tup, desc, 16);
+	kind = SPI_getvalue(tup, desc, 17);
+	t->prokind = kind ? kind[0] : '\0';
+	t->nargs = DatumGetInt32(SPI_getbinval(tup, desc, 18, &isnull));
+	if (isnull)
+		t->nargs = -1;
+	t->arg0 = le_spi_oid(tup, desc, 19);
+	t->only_in_args = le_spi_bool(tup, desc, 20);
+	t->can_execute = le_spi_bool(tup, desc, 21);
+}
+
+/* ---- the checks ---- */
+
+/*
+ * Why the task cannot run now, or NULL.  The same checks at registration,
+ * before the launcher starts a worker, and before every run.
+ */
+char *
+le_task_problem(const LeTask *t)
+{
+	if (!t->role_exists)
+		return psprintf("the owner role (OID %u) no longer exists", t->owner);
+	if (!t->can_login)
+		return psprintf("role \"%s\" cannot log in (task workers connect as the task's owner, which needs LOGIN)",
+						t->role_name);
+	if (t->superuser && !le_allow_superuser_tasks)
+		return psprintf("role \"%s\" is a superuser and leader_election.allow_superuser_tasks is off",
+						t->role_name);
+	if (!t->can_connect)
+		return psprintf("role \"%s\" lacks CONNECT on this database", t->role_name);
+	if (!t->proc_exists)
+		return psprintf("procedure %s no longer exists", t->proc_text);
+	if (t->prokind != 'p')
+		return psprintf("%s is not a procedure", t->proc_text);
+	if (!t->only_in_args ||
+		!(t->nargs == 0 || (t->nargs == 1 && t->arg0 == INT8OID)))
+		return psprintf("procedure %s must take no arguments or a single bigint (the term)",
+						t->proc_text);
+	if (!t->can_execute)
+		return psprintf("role \"%s\" lacks EXECUTE on procedure %s (or USAGE on its schema)",
+						t->role_name, t->proc_text);
+	return NULL;
+}
+
+/* ---- reading tasks (in the caller's SPI connection) ---- */
+
+/*
+ * Load one task by id into *t, strings in into.  False if it is not there
+ * (or not visible to the current role).
+ */
+bool
+le_task_load(int64 task_id, LeTask *t, MemoryContext into)
+{
+	MemoryContext old;
+	Oid			types[1] = {INT8OID};
+	Datum		values[1];
+	int			rc;
+
+	values[0] = Int64GetDatum(task_id);
+	rc = SPI_execute_with_args(le_task_query("leader_election.tasks",
+											 "WHERE t.id OPERATOR(pg_catalog.=) $1"),
+							   1, types, values, NULL, true, 1);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "reading leader_election.tasks failed: %s", SPI_result_code_string(rc));
+	if (SPI_processed == 0)
+		return false;
+	old = MemoryContextSwitchTo(into);
+	le_task_from_tuple(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, t);
+	MemoryContextSwitchTo(old);
+	return true;
+}
+
+/* The enabled tasks, in id order, allocated in into; *ntasks of them. */
+LeTask *
+le_task_load_enabled(MemoryContext into, int *ntasks)
+{
+	MemoryContext old;
+	LeTask	   *tasks;
+	int			rc;
+
+	rc = SPI_execute(le_task_query("leader_election.tasks",
+								   "WHERE t.enabled ORDER BY t.id"),
+					 true, 0);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "reading leader_election.tasks failed: %s", SPI_result_code_string(rc));
+	*ntasks = (int) SPI_processed;
+	old = MemoryContextSwitchTo(into);
+	tasks = palloc0(sizeof(LeTask) * Max(*ntasks, 1));
+	for (int k = 0; k < *ntasks; k++)
+		le_task_from_tuple(SPI_tuptable->vals[k], SPI_tuptable->tupdesc, &tasks[k]);
+	MemoryContextSwitchTo(old);
+	return tasks;
+}
+
+/* ---- writing, with the task tables' owner's rights ---- */
+
+/* Owner of leader_election.tasks: internal writes run as that role. */
+static Oid
+le_tasks_table_owner(void)
+{
+	int			rc;
+
+	rc = SPI_execute("SELECT c.relowner FROM pg_catalog.pg_class AS c"
+					 " WHERE c.oid OPERATOR(pg_catalog.=) 'leader_election.tasks'::pg_catalog.regclass",
+					 true, 1);
+	if (rc != SPI_OK_SELECT || SPI_processed != 1)
+		elog(ERROR, "cannot find leader_election.tasks");
+	return le_spi_oid(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+}
+
+/*
+ * Run a statement with the task table owner's rights: ordinary roles have
+ * no write access to the task tables (the pg_cron pattern).  Parameters
+ * only, never concatenated values.
+ */
+int
+le_exec_as_task_tables_owner(const char *sql, int nargs, Oid *types, Datum *values,
+							 const char *nulls, bool read_only, long count)
+{
+	Oid			save_userid;
+	int			save_sec;
+	volatile int rc = 0;
+
+	GetUserIdAndSecContext(&save_userid, &save_sec);
+	SetUserIdAndSecContext(le_tasks_table_owner(),
+						   save_sec | SECURITY_LOCAL_USERID_CHANGE);
+	PG_TRY();
+	{
+		rc = SPI_execute_with_args(sql, nargs, types, values, nulls, read_only, count);
+	}
+	PG_FINALLY();
+	{
+		SetUserIdAndSecContext(save_userid, save_sec);
+	}
+	PG_END_TRY();
+	if (rc < 0)
+		elog(ERROR, "task runner statement failed: %s", SPI_result_code_string(rc));
+	return rc;
+}
+
+/*
+ * Disable a task the runner cannot run: a 'skipped' run with the reason,
+ * the task disabled with the same reason, and a log line.
+ */
+void
+le_task_disable(const LeTask *t, const char *reason)
+{
+	Oid			types[4] = {INT8OID, TEXTOID, OIDOID, TEXTOID};
+	Datum		values[4];
+
+	values[0] = Int64GetDatum(t->id);
+	values[1] = CStringGetTextDatum(t->name);
+	values[2] = ObjectIdGetDatum(t->owner);
+	values[3] = CStringGetTextDatum(reason);
+	le_exec_as_task_tables_owner("INSERT INTO leader_election.task_runs"
+								 " (task_id, task_name, owner, started_at, finished_at, status, error, pid)"
+								 " VALUES ($1, $2, $3, pg_catalog.clock_timestamp(), pg_catalog.clock_timestamp(),"
+								 " 'skipped', $4, pg_catalog.pg_backend_pid())",
+								 4, types, values, NULL, false, 0);
+	le_exec_as_task_tables_owner("UPDATE leader_election.tasks SET enabled = false, disabled_reason = $4,"
+								 " last_status = 'skipped'"
+								 " WHERE id OPERATOR(pg_catalog.=) $1 AND name OPERATOR(pg_catalog.=) $2"
+								 " AND owner OPERATOR(pg_catalog.=) $3",
+								 4, types, values, NULL, false, 0);
+	ereport(LOG,
+			(errmsg("leader_election: task \"%s\" disabled: %s", t->name, reason),
+			 errhint("Fix the cause, then call leader_election.enable_task('%s').", t->name)));
+}
+
+/* ---- SQL-callable functions ---- */
+
+/* The task's id and owner by name, as the table owner sees it; false if none. */
+static bool
+le_find_task(const char *name, int64 *id, Oid *owner)
+{
+	Oid			types[1] = {TEXTOID};
+	Datum		values[1];
+
+	values[0] = CStringGetTextDatum(name);
+	le_exec_as_task_tables_owner("SELECT id, owner FROM leader_election.tasks"
+								 " WHERE name OPERATOR(pg_catalog.=) $1",
+								 1, types, values, NULL, true, 1);
+	if (SPI_processed == 0)
+		return false;
+	*id = le_spi_int64(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+	*owner = le_spi_oid(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2);
+	return true;
+}
+
+/*
+ * Run sql on the caller's own task called name: $1 is the task's id, the
+ * other parameters are values[1..].  False if there is no such task; 42501
+ * if it belongs to a role the caller is not a member of.
+ */
+static bool
+le_change_own_task(const char *name, const char *function, const char *sql,
+				   int nargs, Oid *types, Datum *values)
+{
+	int64		id;
+	Oid			owner;
+	bool		found;
+
+	PreventCommandDuringRecovery(function);
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	found = le_find_task(name, &id, &owner);
+	if (found)
+	{
+		if (!has_privs_of_role(GetUserId(), owner))
+			ereport(ERROR,
+					(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+					 errmsg("permission denied for task \"%s\"", name),
+					 errdetail("The task belongs to another role.")));
+		values[0] = Int64GetDatum(id);
+		le_exec_as_task_tables_owner(sql, nargs, types, values, NULL, false, 0);
+	}
+	SPI_finish();
+	return found;
+}
+
+/*
+ * leader_election.register_task(name text, procedure regprocedure,
+ *								 run_every interval, ttl interval) returns bigint
+ */
+Datum
+register_task(PG_FUNCTION_ARGS)
+{
+	char	   *name = le_checked_name(fcinfo, 0);
+	Oid			me = GetUserId();
+	Oid			types[5] = {TEXTOID, OIDOID, OIDOID, INTERVALOID, INTERVALOID};
+	Datum		values[5];
+	LeTask		t;
+	LeaseRow	row;
+	char	   *problem;
+	int64		id;
+	Oid			other_owner;
+	int			rc;
+
+	if (PG_ARGISNULL(1))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("procedure must not be null")));
+	(void) le_checked_interval(fcinfo, 2, "run_every", LE_TASK_MIN_USECS,
+							   LE_TASK_MAX_EVERY_USECS, "1 second and 7 days");
+	(void) le_checked_interval(fcinfo, 3, "ttl", LE_TASK_MIN_USECS,
+							   LE_TASK_MAX_TTL_USECS, "1 second and 1 day");
+	PreventCommandDuringRecovery("register_task()");
+
+	/* The lease name must not belong to another role (lease.c, I8). */
+	le_store_read(name, &row);
+	if (row.found && row.owner != me && !has_privs_of_role(me, row.owner))
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("permission denied for lease \"%s\"", name),
+				 errdetail("The lease name belongs to another role.")));
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	if (le_find_task(name, &id, &other_owner))
+		ereport(ERROR,
+				(errcode(ERRCODE_DUPLICATE_OBJECT),
+				 errmsg("task \"%s\" already exists", name)));
+
+	values[0] = CStringGetTextDatum(name);
+	values[1] = ObjectIdGetDatum(me);
+	values[2] = PG_GETARG_DATUM(1);
+	values[3] = PG_GETARG_DATUM(2);
+	values[4] = PG_GETARG_DATUM(3);
+
+	/* The same checks the runner makes, on the values about to be stored. */
+	rc = SPI_execute_with_args(le_task_query("(SELECT 0::pg_catalog.int8 AS id,"
+											 " $1::pg_catalog.text AS name,"
+											 " $2::pg_catalog.oid AS owner,"
+											 " $3::pg_catalog.oid::pg_catalog.regprocedure AS procedure,"
+											 " $4::pg_catalog.interval AS run_every,"
+											 " $5::pg_catalog.interval AS ttl,"
+											 " true AS enabled)", ""),
+							   5, types, values, NULL, true, 1);
+	if (rc != SPI_OK_SELECT || SPI_processed != 1)
+		elog(ERROR, "checking the task failed");
+	le_task_from_tuple(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, &t);
+	problem = le_task_problem(&t);
+	if (problem != NULL)
+	{
+		int			code;
+
+		if (!t.proc_exists || t.prokind != 'p')
+			code = ERRCODE_WRONG_OBJECT_TYPE;
+		else if (!t.can_login || t.superuser || !t.can_connect || !t.can_execute)
+			code = ERRCODE_INSUFFICIENT_PRIVILEGE;
+		else
+			code = ERRCODE_INVALID_FUNCTION_DEFINITION;
+		ereport(ERROR,
+				(errcode(code),
+				 errmsg("cannot register task \"%s\": %s", name, problem)));
+	}
+
+	le_exec_as_task_tables_owner("INSERT INTO leader_election.tasks (name, owner, procedure, run_every, ttl)"
+								 " VALUES ($1, $2, $3, $4, $5) RETURNING id",
+								 5, types, values, NULL, false, 1);
+	id = le_spi_int64(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+	SPI_finish();
+
+	if (!le_task_runner_preloaded || le_max_task_workers == 0)
+		ereport(NOTICE,
+				(errmsg("task \"%s\" is registered but will not run until leader_election is in shared_preload_libraries",
+						name),
+				 errhint("Add leader_election to shared_preload_libraries and restart the server.")));
+	else if (strcmp(get_database_name(MyDatabaseId), le_task_database) != 0)
+		ereport(NOTICE,
+				(errmsg("task \"%s\" is registered but will not run: the task runner works in another database",
+						name),
+				 errhint("The runner runs the tasks of the database named by leader_election.database.")));
+	PG_RETURN_INT64(id);
+}
+
+/* leader_election.unregister_task(name text) returns boolean */
+Datum
+unregister_task(PG_FUNCTION_ARGS)
+{
+	char	   *name = le_checked_name(fcinfo, 0);
+	Oid			types[1] = {INT8OID};
+	Datum		values[1];
+
+	PG_RETURN_BOOL(le_change_own_task(name, "unregister_task()",
+									  "DELETE FROM leader_election.tasks"
+									  " WHERE id OPERATOR(pg_catalog.=) $1",
+									  1, types, values));
+}
+
+static Datum
+le_set_enabled(FunctionCallInfo fcinfo, bool enabled)
+{
+	char	   *name = le_checked_name(fcinfo, 0);
+	Oid			types[2] = {INT8OID, BOOLOID};
+	Datum		values[2];
+
+	values[1] = BoolGetDatum(enabled);
+	PG_RETURN_BOOL(le_change_own_task(name,
+									  enabled ? "enable_task()" : "disable_task()",
+									  "UPDATE leader_election.tasks SET enabled = $2, disabled_reason = NULL"
+									  " WHERE id OPERATOR(pg_catalog.=) $1",
+									  2, types, values));
+}
+
+/* leader_election.enable_task(name text) returns boolean */
+Datum
+enable_task(PG_FUNCTION_ARGS)
+{
+	return le_set_enabled(fcinfo, true);
+}
+
+/* leader_election.disable_task(name text) returns boolean */
+Datum
+disable_task(PG_FUNCTION_ARGS)
+{
+	return le_set_enabled(fcinfo, false);
+}
