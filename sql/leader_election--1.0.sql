@@ -222,7 +222,7 @@ COMMENT ON FUNCTION @extschema@.current_leader(text) IS
 REVOKE ALL ON FUNCTION @extschema@.current_leader(text) FROM PUBLIC;
 
 -- ===================================================================
--- Task runner (worker.c)
+-- Task runner (src/task_runner.h; task_registry.c, task_launcher.c, task_worker.c)
 --
 -- Registered procedures that a background worker CALLs every run_every
 -- while it holds the lease of the task's name (README, "Background

@@ -7,7 +7,7 @@
  * The SQL functions work whether or not the library is preloaded.  With
  * shared_preload_libraries = 'leader_election' the module also gets shared
  * memory (instant wakeups for wait_for_leadership) and the task runner's
- * launcher (worker.c).
+ * launcher (task_launcher.c).
  *
  *-------------------------------------------------------------------------
  */
@@ -21,6 +21,7 @@
 
 #include "compat.h"
 #include "leader_election.h"
+#include "task_runner.h"
 
 PG_MODULE_MAGIC;
 
@@ -35,24 +36,35 @@ static shmem_request_hook_type prev_shmem_request_hook = NULL;
 #endif
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 
-static bool
-le_check_holder_id(char **newval, void **extra, GucSource source)
+/*
+ * Check hook work shared by leader_election.holder_id and
+ * leader_election.task_holder_id: empty, or a holder an explicit holder
+ * argument could be.
+ */
+bool
+le_check_holder_setting(const char *value, const char *setting)
 {
 	const char *problem;
 
-	if (*newval == NULL || (*newval)[0] == '\0')
-		return true;			/* unset: use the session identity */
-	problem = le_label_problem(*newval, LE_MAX_HOLDER_BYTES);
+	if (value == NULL || value[0] == '\0')
+		return true;			/* unset: the default identity */
+	problem = le_label_problem(value, LE_MAX_HOLDER_BYTES);
 	if (problem == NULL &&
-		strncmp(*newval, LE_SESSION_PREFIX, strlen(LE_SESSION_PREFIX)) == 0)
+		strncmp(value, LE_SESSION_PREFIX, strlen(LE_SESSION_PREFIX)) == 0)
 		problem = "must not start with \"" LE_SESSION_PREFIX "\"";
 	if (problem != NULL)
 	{
 		GUC_check_errcode(ERRCODE_INVALID_PARAMETER_VALUE);
-		GUC_check_errmsg("leader_election.holder_id %s", problem);
+		GUC_check_errmsg("%s %s", setting, problem);
 		return false;
 	}
 	return true;
+}
+
+static bool
+le_check_holder_id(char **newval, void **extra, GucSource source)
+{
+	return le_check_holder_setting(*newval, "leader_election.holder_id");
 }
 
 static void

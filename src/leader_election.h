@@ -10,7 +10,11 @@
  *	  lease_store.c      every read and write of the lease and history tables
  *	  lease.c            the protocol and the SQL-callable functions
  *	  wakeup.c           waking waiters; per-transaction bookkeeping
- *	  worker.c           the background task runner
+ *	  task_registry.c    the task runner: registering tasks and their checks
+ *	  task_launcher.c    the task runner: launcher, settings, shared memory
+ *	  task_worker.c      the task runner: one task's worker
+ *
+ * The task runner's own declarations and design are in task_runner.h.
  *
  * The protocol's invariants are written down once, at the top of lease.c.
  *
@@ -97,6 +101,7 @@ typedef enum LeEndReason
 extern char *le_holder_id_setting;
 extern int	le_history_max_terms;
 extern int	le_max_names_per_role;
+extern bool le_check_holder_setting(const char *value, const char *setting);
 
 /* input.c */
 extern char *le_checked_name(FunctionCallInfo fcinfo, int argno);
@@ -146,18 +151,5 @@ extern void le_wait_begin(const char *name);
 extern void le_wait_sleep(TimestampTz until);
 extern void le_wait_end(void);
 extern int32 le_waiting_candidates(const char *name);
-
-/* worker.c: the task runner */
-extern char *le_task_database;
-extern int	le_max_task_workers;
-extern char *le_task_holder_id;
-extern bool le_allow_superuser_tasks;
-extern int	le_task_runs_max;
-extern void le_task_define_settings(void);
-extern void le_task_runner_register(void);
-extern Size le_task_shmem_size(void);
-extern void le_task_shmem_init(void);
-extern PGDLLEXPORT void le_launcher_main(Datum main_arg);
-extern PGDLLEXPORT void le_task_worker_main(Datum main_arg);
 
 #endif							/* LEADER_ELECTION_H */

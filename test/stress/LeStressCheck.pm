@@ -10,6 +10,7 @@
 #   effects.tsv  stress.effects, the fenced writes: name pos term holder client seq at_us
 #                (pos = commit order: the counter row lock serialises writers)
 #   client.log   client op invoke_ns complete_ns result term sqlstate seq name holder
+#                (op: connect acquire wait renew effect release stall)
 #   nemesis.log  kind start_ns heal_ns detail...   (optional)
 #   params       key value lines (ttl_ms, retry_ms, stall_ms, ...)
 # Server times are epoch microseconds on the server's clock; client and
@@ -318,7 +319,7 @@ sub check
 		$fig{ops}++;
 		$fig{"op_$op->{op}_$op->{result}"}++;
 		$fig{"sqlstate_$op->{sqlstate}"}++ if defined $op->{sqlstate};
-		if ($op->{op} eq 'acquire' || $op->{op} eq 'renew')
+		if ($op->{op} =~ /^(acquire|wait|renew)$/)
 		{
 			my $a = $audit_by_op{$key};
 			if ($op->{result} eq 'ok')
@@ -364,7 +365,7 @@ sub check
 	my $bound_ns = int(($ttl_ms + 1.5 * ($p->{retry_ms} // 250)
 		  + ($p->{stall_ms} // 0) + $slack_ms) * 1e6);
 	my @held = sort { $a->{complete} <=> $b->{complete} }
-	  grep { ($_->{op} eq 'acquire' || $_->{op} eq 'renew') && $_->{result} eq 'ok' }
+	  grep { $_->{op} =~ /^(acquire|wait|renew)$/ && $_->{result} eq 'ok' }
 	  @{ $d->{ops} };
 	my $last_op = 0;
 	for (@{ $d->{ops} })

@@ -30,9 +30,10 @@
  *
  * times on CLOCK_MONOTONIC (shared by every process of the machine, so the
  * nemesis's log uses the same clock), result ok | fail | info, where info
- * means indeterminate: the connection was lost while COMMIT was in flight.
- * A failure before COMMIT was sent is definite (the server aborts the
- * transaction of a lost connection).
+ * means indeterminate: the connection was lost while COMMIT was in flight,
+ * or COMMIT reported an error.  A failure before COMMIT was sent is
+ * definite (the server aborts the transaction of a lost connection), and so
+ * is a COMMIT the server answers with ROLLBACK.
  *
  * SIGUSR1 to a client: for --timeout-window-ms it runs every operation with
  * a short random statement_timeout and lock_timeout (the nemesis's
@@ -82,6 +83,7 @@ static struct
 	double		stall_prob;
 	double		release_prob;
 	int			timeout_window_ms;
+	int			waiters;
 	unsigned	seed;
 	bool		unfenced;
 	bool		session_identity;
@@ -288,8 +290,9 @@ run(Client *c, Outcome *o, PGresult **out, const char *sql, int nparams,
 
 /*
  * COMMIT, the linearisation point.  ok if it committed; fail if the server
- * says the transaction rolled back, or reports an error and lives on; info
- * if the session was lost with COMMIT in flight: it may have committed.
+ * answers ROLLBACK (the transaction had already failed); info for any error
+ * during COMMIT, a lost session or a cancel alike: as in Jepsen, an outcome
+ * is definite only when the server said which one it was.
  */
 static bool
 commit(Client *c, Outcome *o, long long term)
@@ -313,7 +316,7 @@ commit(Client *c, Outcome *o, long long term)
 	}
 	else
 	{
-		set_outcome(o, "fail", term, state);
+		set_outcome(o, "info", term, state);
 		if (PQtransactionStatus(c->conn) != PQTRANS_IDLE)
 			PQclear(PQexec(c->conn, "ROLLBACK"));
 	}
@@ -405,8 +408,9 @@ holder_param(Client *c)
 }
 
 /*
- * try_acquire_leader and, if granted, the audit row in the same
- * transaction.  op is "acquire" or "renew" (what the client believes).
+ * try_acquire_leader (or, for op "wait", wait_for_leadership with a timeout
+ * of 2 x ttl) and, if granted, the audit row in the same transaction.  op
+ * is "acquire", "wait" or "renew" (what the client believes).
  */
 static void
 op_acquire(Client *c, const char *op)
@@ -414,14 +418,17 @@ op_acquire(Client *c, const char *op)
 	long long	seq = ++c->seq;
 	int64_t		t0 = mono_ns();
 	char		ttl[32];
+	char		timeout[32];
 	char		client[16];
 	char		seqs[32];
 	const char *p[4];
 	PGresult   *res;
 	Outcome		o;
 	long long	term = -1;
+	bool		wait = strcmp(op, "wait") == 0;
 
 	snprintf(ttl, sizeof(ttl), "%d ms", opt.ttl_ms);
+	snprintf(timeout, sizeof(timeout), "%d ms", 2 * opt.ttl_ms);
 	snprintf(client, sizeof(client), "%d", c->id);
 	snprintf(seqs, sizeof(seqs), "%lld", seq);
 
@@ -430,8 +437,11 @@ op_acquire(Client *c, const char *op)
 	p[0] = c->name;
 	p[1] = ttl;
 	p[2] = holder_param(c);
-	if (!run(c, &o, &res, "SELECT try_acquire_leader($1, $2::interval, $3)",
-			 3, p))
+	p[3] = timeout;
+	if (!run(c, &o, &res, wait ?
+			 "SELECT wait_for_leadership($1, $2::interval, $4::interval, $3)" :
+			 "SELECT try_acquire_leader($1, $2::interval, $3)",
+			 wait ? 4 : 3, p))
 		goto done;
 	if (strcmp(PQgetvalue(res, 0, 0), "t") != 0)
 	{
@@ -518,7 +528,7 @@ op_effect(Client *c)
 		if (strcmp(PQgetvalue(res, 0, 0), "t") != 0)
 		{
 			PQclear(res);
-			set_outcome(&o, "fail", c->term, "LE001");
+			set_outcome(&o, "fail", c->term, NULL);	/* not leader */
 			goto done;
 		}
 		PQclear(res);
@@ -639,7 +649,8 @@ run_client(int id, int64_t deadline, int logfd)
 
 		if (!c.leader)
 		{
-			op_acquire(&c, "acquire");
+			/* The first --waiters clients block in wait_for_leadership. */
+			op_acquire(&c, id < opt.waiters ? "wait" : "acquire");
 			if (!c.leader)
 				sleep_ms(jitter(opt.retry_ms));
 			continue;
@@ -803,11 +814,11 @@ write_params(void)
 	fprintf(f, "clients %d\nnames %d\nseconds %d\nttl_ms %d\nretry_ms %d\n"
 			"stall_ms %d\nstall_prob %g\nrelease_prob %g\ntimeout_window_ms %d\n"
 			"seed %u\nunfenced %d\nsession_identity %d\nprefix %s\n"
-			"start_ns %lld\n",
+			"waiters %d\nstart_ns %lld\n",
 			opt.clients, opt.names, opt.seconds, opt.ttl_ms, opt.retry_ms,
 			opt.stall_ms, opt.stall_prob, opt.release_prob,
 			opt.timeout_window_ms, opt.seed, opt.unfenced, opt.session_identity,
-			opt.prefix, (long long) mono_ns());
+			opt.prefix, opt.waiters, (long long) mono_ns());
 	fclose(f);
 }
 
@@ -828,6 +839,7 @@ usage(void)
 			"  --clients N (8)  --names N (1)  --seconds N (60)  --ttl-ms N (1000)\n"
 			"  --retry-ms N (250)  --release-prob P (0.05)  --seed N (1)\n"
 			"  --stall-prob P (0)  --stall-ms N (0)  --timeout-window-ms N (2000)\n"
+			"  --waiters N (0: clients that wait_for_leadership instead of trying)\n"
 			"  --prefix STR (stress_)  --unfenced  --session-identity\n");
 	exit(2);
 }
@@ -848,6 +860,7 @@ main(int argc, char **argv)
 		{"stall-prob", required_argument, NULL, 'p'},
 		{"stall-ms", required_argument, NULL, 'm'},
 		{"timeout-window-ms", required_argument, NULL, 'w'},
+		{"waiters", required_argument, NULL, 'W'},
 		{"prefix", required_argument, NULL, 'P'},
 		{"unfenced", no_argument, NULL, 'u'},
 		{"session-identity", no_argument, NULL, 'i'},
@@ -880,6 +893,7 @@ main(int argc, char **argv)
 			case 'p': opt.stall_prob = atof(optarg); break;
 			case 'm': opt.stall_ms = atoi(optarg); break;
 			case 'w': opt.timeout_window_ms = atoi(optarg); break;
+			case 'W': opt.waiters = atoi(optarg); break;
 			case 'P': opt.prefix = optarg; break;
 			case 'u': opt.unfenced = true; break;
 			case 'i': opt.session_identity = true; break;

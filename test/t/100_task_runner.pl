@@ -1,4 +1,4 @@
-# 100_task_runner.pl: the background task runner's basic life (worker.c).
+# 100_task_runner.pl: the background task runner's basic life (task_worker.c).
 #
 # A task runs only while the runner holds its lease, every run is recorded
 # with its term, it runs as the registering role and may COMMIT; an

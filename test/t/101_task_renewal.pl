@@ -1,5 +1,5 @@
 # 101_task_renewal.pl: long runs keep their lease; a lost lease cancels the run
-# (worker.c, "Long runs").
+# (task_runner.h, "Long runs").
 #
 # A run three times longer than the ttl finishes 'succeeded' in a single
 # term, because the launcher renews the lease while the worker is inside

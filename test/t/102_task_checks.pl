@@ -1,5 +1,5 @@
 # 102_task_checks.pl: what register_task refuses, and what the runner does
-# when a task can no longer run (worker.c, le_task_problem).
+# when a task can no longer run (task_registry.c, le_task_problem).
 #
 # A dropped procedure, an owner made NOLOGIN, or EXECUTE revoked: the task
 # is disabled with a 'skipped' run and a reason, and the runner (launcher and

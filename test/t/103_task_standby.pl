@@ -1,6 +1,6 @@
 # 103_task_standby.pl: a hot standby runs nothing; after promotion the runner
 # starts by itself, under a new identity (the new timeline), in a term above
-# every term of the old primary (worker.c; lease.c I2).
+# every term of the old primary (task_launcher.c; lease.c I2).
 use strict;
 use warnings;
 use lib 'test/t';

@@ -107,17 +107,20 @@ sub stress_run
 }
 
 # 1. Fenced effects, named holders, every kind of fault.  Some effects stall
-# for 2 x ttl with the fence held: that may only delay a takeover.
+# for 2 x ttl with the fence held: that may only delay a takeover.  Two of
+# the eight clients block in wait_for_leadership() instead of polling.
 my $r = stress_run(
 	label         => 'fenced',
 	what          => 'fenced effects, named holders, all faults',
 	fault_seconds => $fault_seconds,
 	stall_ms      => 2 * $ttl_ms,
-	args          => [ '--stall-prob', '0.03' ]);
+	args          => [ '--stall-prob', '0.03', '--waiters', '2' ]);
 my $f = $r->{figures};
 is($f->{violations}, 0, 'fenced run: no checker reports a violation');
 cmp_ok($f->{grants}, '>=', 2, 'fenced run: the lease changed hands');
 cmp_ok($f->{op_effect_ok} // 0, '>', 0, 'fenced run: fenced effects committed');
+cmp_ok(($f->{op_wait_ok} // 0) + ($f->{op_wait_fail} // 0), '>', 0,
+	'fenced run: clients waited in wait_for_leadership');
 for my $kind (@LeNemesis::KINDS)
 {
 	cmp_ok($f->{"fault_$kind"} // 0, '>=', 1, "fenced run: fault $kind injected");
@@ -129,7 +132,7 @@ $r = stress_run(
 	label         => 'session',
 	what          => 'fenced effects, session identities, all faults',
 	fault_seconds => ceil($fault_seconds / 2),
-	args          => ['--session-identity']);
+	args          => [ '--session-identity', '--waiters', '2' ]);
 $f = $r->{figures};
 is($f->{violations}, 0, 'session-identity run: no checker reports a violation');
 cmp_ok($f->{grants}, '>=', 2, 'session-identity run: the lease changed hands');
