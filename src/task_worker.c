@@ -86,7 +86,8 @@ le_worker_sigint(SIGNAL_ARGS)
 /*
  * The worker's own watchdog during a run, in case the launcher cannot
  * renew or cancel (stopped, stuck): a periodic timeout that cancels the
- * run when the lease's last known expiry is within ttl/8.  The launcher's
+ * run when the lease's last known expiry is within ttl/8, and ends the
+ * process if the run is still going when that expiry arrives.  The launcher's
  * margin (ttl/4) is wider, so normally the launcher acts first.  Runs in a
  * signal handler: it reads only an atomic and sets interrupt flags.
  */
@@ -99,11 +100,26 @@ static void
 le_watchdog_handler(void)
 {
 	TimestampTz expires;
+	TimestampTz now;
 
 	if (!le_worker_in_run || le_watchdog_slot == NULL)
 		return;
 	expires = (TimestampTz) pg_atomic_read_u64(&le_watchdog_slot->confirmed_expires);
-	if (GetCurrentTimestamp() >= expires - le_watchdog_margin)
+	now = GetCurrentTimestamp();
+	if (now >= expires)
+	{
+		/*
+		 * The lease may belong to someone else by now and the run ignored
+		 * its cancel (a procedure can catch query_canceled): end the process.
+		 * A FATAL cannot be caught, and what the run has not committed is
+		 * rolled back.
+		 */
+		le_watchdog_fired = true;
+		ProcDiePending = true;
+		InterruptPending = true;
+		SetLatch(MyLatch);
+	}
+	else if (now >= expires - le_watchdog_margin)
 	{
 		le_watchdog_fired = true;
 		QueryCancelPending = true;
