@@ -123,8 +123,8 @@ extern void le_store_read(const char *name, LeaseRow *row);
 extern LeRowLock le_store_lock_row(const char *name, bool for_takeover);
 extern void le_store_insert(const char *name, const LeIdentity *who,
 							int64 term, TimestampTz now, TimestampTz expires);
-extern void le_store_renew(const char *name, int64 term, TimestampTz now,
-						   TimestampTz expires);
+extern bool le_store_renew(const char *name, const LeaseRow *row,
+						   TimestampTz now, TimestampTz expires);
 extern void le_store_take_over(const char *name, const LeIdentity *who,
 							   int64 old_term, int64 new_term,
 							   TimestampTz now, TimestampTz expires);

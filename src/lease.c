@@ -267,10 +267,22 @@ le_try_acquire(const char *name, int64 ttl_usecs, const LeIdentity *who,
 		return false;
 	}
 
-	/* Something to write: take the writer lock and look again (I1). */
+	/* Something to write: take the writer lock (I1). */
 	if (!le_lock_writer(name, false))
 		return false;
 	now = GetCurrentTimestamp();
+
+	/*
+	 * A renewal needs no second look: its UPDATE is guarded by holder and
+	 * term, so it fails if anything changed since the first look, and then
+	 * the decision below is made again on the latest state.
+	 */
+	if (le_is_mine(&row, who) && le_store_renew(name, &row, now, now + ttl_usecs))
+	{
+		le_after_grant(name, who);
+		return true;
+	}
+
 	le_store_read(name, &row);
 	le_check_owner(name, &row);
 
@@ -294,7 +306,8 @@ le_try_acquire(const char *name, int64 ttl_usecs, const LeIdentity *who,
 
 	if (le_is_mine(&row, who))
 	{
-		le_store_renew(name, row.term, now, now + ttl_usecs);
+		if (!le_store_renew(name, &row, now, now + ttl_usecs))
+			elog(ERROR, "lease \"%s\" changed under its writer lock", name);
 		le_after_grant(name, who);
 		return true;
 	}

@@ -219,6 +219,7 @@ typedef enum LeStmt
 {
 	STMT_INSERT,
 	STMT_RENEW,
+	STMT_RENEW_TIMES,
 	STMT_TAKE_OVER,
 	STMT_RELEASE,
 	STMT_LOCK_FOR_TAKEOVER,
@@ -246,11 +247,18 @@ static const LeStmtDef le_stmts[STMT_COUNT] = {
 		INT4OID, TIMESTAMPTZOID, INT4OID, OIDOID, TEXTOID, INETOID}
 	},
 	[STMT_RENEW] = {
-		"UPDATE leader_election.leases SET renewed_at = $3, expires_at = $4, "
-		"holder_pid = $5, holder_role = $6, application_name = $7, client_addr = $8 "
-		"WHERE name OPERATOR(pg_catalog.=) $1 AND term OPERATOR(pg_catalog.=) $2",
-		8, {TEXTOID, INT8OID, TIMESTAMPTZOID, TIMESTAMPTZOID, INT4OID, OIDOID,
-		TEXTOID, INETOID}
+		"UPDATE leader_election.leases SET renewed_at = $4, expires_at = $5, "
+		"holder_pid = $6, holder_role = $7, application_name = $8, client_addr = $9 "
+		"WHERE name OPERATOR(pg_catalog.=) $1 AND term OPERATOR(pg_catalog.=) $2 "
+		"AND holder OPERATOR(pg_catalog.=) $3",
+		9, {TEXTOID, INT8OID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, INT4OID,
+		OIDOID, TEXTOID, INETOID}
+	},
+	[STMT_RENEW_TIMES] = {
+		"UPDATE leader_election.leases SET renewed_at = $4, expires_at = $5 "
+		"WHERE name OPERATOR(pg_catalog.=) $1 AND term OPERATOR(pg_catalog.=) $2 "
+		"AND holder OPERATOR(pg_catalog.=) $3",
+		5, {TEXTOID, INT8OID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
 	},
 	[STMT_TAKE_OVER] = {
 		"UPDATE leader_election.leases SET holder = $3, term = $4, "
@@ -456,24 +464,43 @@ le_store_insert(const char *name, const LeIdentity *who, int64 term,
 	le_spi_end(&call);
 }
 
-void
-le_store_renew(const char *name, int64 term, TimestampTz now,
+/*
+ * Renew the lease `row` shows, if it still has that holder and term: true if
+ * renewed.  Under READ COMMITTED a false means the row changed since `row`
+ * was read; under REPEATABLE READ it may also mean the row is newer than the
+ * snapshot, which is a serialization failure.  When this backend was also
+ * the last to renew it under the same role and application_name, only the
+ * times change: the common case of a holder renewing back to back.
+ */
+bool
+le_store_renew(const char *name, const LeaseRow *row, TimestampTz now,
 			   TimestampTz expires)
 {
 	LeSpiCall	call;
-	Datum		v[8];
-	char		n[9] = "        ";
+	Datum		v[9];
+	char		n[10] = "         ";
+	bool		same_details;
+	bool		renewed;
 
 	v[0] = CStringGetTextDatum(name);
-	v[1] = Int64GetDatum(term);
-	v[2] = TimestampTzGetDatum(now);
-	v[3] = TimestampTzGetDatum(expires);
-	le_holder_details(&v[4], &v[5], &v[6], &n[6], &v[7], &n[7]);
+	v[1] = Int64GetDatum(row->term);
+	v[2] = CStringGetTextDatum(row->holder);
+	v[3] = TimestampTzGetDatum(now);
+	v[4] = TimestampTzGetDatum(expires);
+	same_details = row->holder_pid == MyProcPid &&
+		row->holder_role == GetUserId() &&
+		strcmp(row->application_name ? row->application_name : "",
+			   application_name ? application_name : "") == 0;
+	if (!same_details)
+		le_holder_details(&v[5], &v[6], &v[7], &n[7], &v[8], &n[8]);
 
 	le_spi_begin(&call);
-	le_spi_run(STMT_RENEW, v, n, false);
-	le_expect_one_row("renewal");
+	le_spi_run(same_details ? STMT_RENEW_TIMES : STMT_RENEW, v, n, false);
+	renewed = (SPI_processed == 1);
+	if (!renewed && IsolationUsesXactSnapshot())
+		le_expect_one_row("renewal");
 	le_spi_end(&call);
+	return renewed;
 }
 
 void
