@@ -31,6 +31,9 @@ ifeq ($(LE_WERROR),1)
 PG_CFLAGS    = -Werror
 endif
 
+# Built on demand by the stress test (see the end of this file).
+EXTRA_CLEAN  = test/stress/le_stress
+
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)

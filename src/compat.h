@@ -15,6 +15,7 @@
 
 #include "postgres.h"
 
+#include "access/heapam.h"
 #include "access/xlog.h"
 #include "storage/lock.h"
 #include "utils/guc.h"
@@ -45,6 +46,26 @@ le_lock_held_by_me(const LOCKTAG *tag, LOCKMODE mode)
 	return LockHeldByMe(tag, mode, false);
 #else
 	return LockHeldByMe(tag, mode);
+#endif
+}
+
+/*
+ * heap_update() of a tuple whose indexed columns do not change, waiting for
+ * conflicting lockers; the caller adds index entries unless the new tuple
+ * is heap-only.
+ */
+static inline TM_Result
+le_heap_update(Relation rel, ItemPointer otid, HeapTuple newtup,
+			   CommandId cid, TM_FailureData *tmfd, LockTupleMode *lockmode)
+{
+#if PG_VERSION_NUM >= 160000
+	TU_UpdateIndexes update_indexes;
+
+	return heap_update(rel, otid, newtup, cid, InvalidSnapshot, true, tmfd,
+					   lockmode, &update_indexes);
+#else
+	return heap_update(rel, otid, newtup, cid, InvalidSnapshot, true, tmfd,
+					   lockmode);
 #endif
 }
 

@@ -9,7 +9,9 @@
  * transaction's older snapshot.  That read takes no row lock and writes
  * nothing, which is what lets "no" answers cost one index probe.
  *
- * Writes go through SPI plans prepared once per backend and kept; they run
+ * Writes go through SPI plans prepared once per backend and kept, except the
+ * renewal under READ COMMITTED, the hottest write of all, which updates the
+ * row in place with heap_update (le_store_renew_in_place).  Writes run
  * with the table owner's privileges (ordinary roles have no rights on the
  * tables) and under the caller's transaction, so they take effect at commit
  * and vanish on rollback.  Under REPEATABLE READ or SERIALIZABLE a write
@@ -24,10 +26,12 @@
 #include "postgres.h"
 
 #include "access/genam.h"
+#include "access/heapam.h"
 #include "access/htup_details.h"
 #include "access/table.h"
 #include "access/tableam.h"
 #include "access/xact.h"
+#include "catalog/index.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_collation.h"
 #include "catalog/pg_type.h"
@@ -46,6 +50,7 @@
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
 
+#include "compat.h"
 #include "leader_election.h"
 
 /* Columns of leader_election.leases, in table order (checked on load). */
@@ -171,44 +176,136 @@ le_row_from_datums(Datum *values, bool *nulls, LeaseRow *row)
 		row->client_addr = datumCopy(values[COL_CLIENT_ADDR], false, -1);
 }
 
-void
-le_store_read(const char *name, LeaseRow *row)
+/* An index lookup of one name, as le_store_read and the renewal use it. */
+typedef struct LeLookup
 {
 	Relation	rel;
 	Relation	idx;
 	ScanKeyData key;
-	IndexScanDesc scan;
-	TupleTableSlot *slot;
 	Snapshot	snap;
+	TupleTableSlot *slot;
+	IndexScanDesc scan;
+} LeLookup;
 
+/* Find the latest version of the name's row; true if there is one. */
+static bool
+le_lookup_begin(LeLookup *lk, const char *name, LOCKMODE lockmode)
+{
 	le_store_load_cache();
-	rel = table_open(le_cache.leases, AccessShareLock);
-	idx = index_open(le_cache.leases_pkey, AccessShareLock);
-
-	ScanKeyEntryInitialize(&key, 0, 1, BTEqualStrategyNumber, InvalidOid,
+	lk->rel = table_open(le_cache.leases, lockmode);
+	lk->idx = index_open(le_cache.leases_pkey, lockmode);
+	ScanKeyEntryInitialize(&lk->key, 0, 1, BTEqualStrategyNumber, InvalidOid,
 						   C_COLLATION_OID, F_TEXTEQ,
 						   PointerGetDatum(cstring_to_text(name)));
-	snap = RegisterSnapshot(GetLatestSnapshot());
-	slot = table_slot_create(rel, NULL);
-	scan = index_beginscan(rel, idx, snap, 1, 0);
-	index_rescan(scan, &key, 1, NULL, 0);
+	lk->snap = RegisterSnapshot(GetLatestSnapshot());
+	lk->slot = table_slot_create(lk->rel, NULL);
+	lk->scan = index_beginscan(lk->rel, lk->idx, lk->snap, 1, 0);
+	index_rescan(lk->scan, &lk->key, 1, NULL, 0);
+	if (!index_getnext_slot(lk->scan, ForwardScanDirection, lk->slot))
+		return false;
+	slot_getallattrs(lk->slot);
+	return true;
+}
 
-	if (index_getnext_slot(scan, ForwardScanDirection, slot))
-	{
-		slot_getallattrs(slot);
-		le_row_from_datums(slot->tts_values, slot->tts_isnull, row);
-	}
+/* Relation locks are kept until the end of the transaction. */
+static void
+le_lookup_end(LeLookup *lk)
+{
+	index_endscan(lk->scan);
+	ExecDropSingleTupleTableSlot(lk->slot);
+	UnregisterSnapshot(lk->snap);
+	index_close(lk->idx, NoLock);
+	table_close(lk->rel, NoLock);
+}
+
+void
+le_store_read(const char *name, LeaseRow *row)
+{
+	LeLookup	lk;
+
+	if (le_lookup_begin(&lk, name, AccessShareLock))
+		le_row_from_datums(lk.slot->tts_values, lk.slot->tts_isnull, row);
 	else
 	{
 		memset(row, 0, sizeof(LeaseRow));
 		row->found = false;
 	}
+	le_lookup_end(&lk);
+}
 
-	index_endscan(scan);
-	ExecDropSingleTupleTableSlot(slot);
-	UnregisterSnapshot(snap);
-	index_close(idx, NoLock);
-	table_close(rel, NoLock);
+static void le_holder_details(Datum *pid, Datum *role, Datum *appname,
+							  char *appname_null, Datum *addr, char *addr_null);
+
+/*
+ * Renewal without the executor, the hot path under READ COMMITTED.  The
+ * caller holds the writer lock, so no other transaction can be changing the
+ * row; the lookup sees its latest version.  Only columns that no index
+ * covers change, so heap_update makes it a HOT update, unless the page is
+ * full: then the index gets an entry for the new version, as the executor
+ * would add it.
+ */
+static bool
+le_store_renew_in_place(const char *name, const LeaseRow *row,
+						TimestampTz now, TimestampTz expires)
+{
+	LeLookup	lk;
+	bool		renewed = false;
+
+	if (le_lookup_begin(&lk, name, RowExclusiveLock) &&
+		!lk.slot->tts_isnull[COL_HOLDER] &&
+		DatumGetInt64(lk.slot->tts_values[COL_TERM]) == row->term &&
+		strcmp(TextDatumGetCString(lk.slot->tts_values[COL_HOLDER]), row->holder) == 0)
+	{
+		Datum		values[LEASE_NCOLS] = {0};
+		bool		nulls[LEASE_NCOLS] = {0};
+		bool		replace[LEASE_NCOLS] = {0};
+		char		appname_null;
+		char		addr_null;
+		bool		shouldfree;
+		HeapTuple	oldtup;
+		HeapTuple	newtup;
+		TM_FailureData tmfd;
+		LockTupleMode lockmode;
+		TM_Result	result;
+
+		values[COL_RENEWED_AT] = TimestampTzGetDatum(now);
+		values[COL_EXPIRES_AT] = TimestampTzGetDatum(expires);
+		le_holder_details(&values[COL_HOLDER_PID], &values[COL_HOLDER_ROLE],
+						  &values[COL_APPLICATION_NAME], &appname_null,
+						  &values[COL_CLIENT_ADDR], &addr_null);
+		nulls[COL_APPLICATION_NAME] = (appname_null == 'n');
+		nulls[COL_CLIENT_ADDR] = (addr_null == 'n');
+		replace[COL_RENEWED_AT] = replace[COL_EXPIRES_AT] = true;
+		replace[COL_HOLDER_PID] = replace[COL_HOLDER_ROLE] = true;
+		replace[COL_APPLICATION_NAME] = replace[COL_CLIENT_ADDR] = true;
+
+		oldtup = ExecFetchSlotHeapTuple(lk.slot, false, &shouldfree);
+		newtup = heap_modify_tuple(oldtup, RelationGetDescr(lk.rel),
+								   values, nulls, replace);
+		result = le_heap_update(lk.rel, &oldtup->t_self, newtup,
+								GetCurrentCommandId(true), &tmfd, &lockmode);
+		if (result == TM_Ok)
+		{
+			if (!HeapTupleIsHeapOnly(newtup))
+			{
+				Datum		key = lk.slot->tts_values[COL_NAME];
+				bool		key_null = false;
+
+				index_insert(lk.idx, &key, &key_null, &newtup->t_self, lk.rel,
+							 UNIQUE_CHECK_YES, true, BuildIndexInfo(lk.idx));
+			}
+			renewed = true;
+		}
+		else if (result != TM_Updated && result != TM_Deleted)
+			elog(ERROR, "unexpected result %d renewing lease \"%s\"",
+				 (int) result, name);
+		if (shouldfree)
+			heap_freetuple(oldtup);
+	}
+	le_lookup_end(&lk);
+	if (renewed)
+		CommandCounterIncrement();	/* later reads in this transaction see it */
+	return renewed;
 }
 
 /*
@@ -219,7 +316,6 @@ typedef enum LeStmt
 {
 	STMT_INSERT,
 	STMT_RENEW,
-	STMT_RENEW_TIMES,
 	STMT_TAKE_OVER,
 	STMT_RELEASE,
 	STMT_LOCK_FOR_TAKEOVER,
@@ -253,12 +349,6 @@ static const LeStmtDef le_stmts[STMT_COUNT] = {
 		"AND holder OPERATOR(pg_catalog.=) $3",
 		9, {TEXTOID, INT8OID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, INT4OID,
 		OIDOID, TEXTOID, INETOID}
-	},
-	[STMT_RENEW_TIMES] = {
-		"UPDATE leader_election.leases SET renewed_at = $4, expires_at = $5 "
-		"WHERE name OPERATOR(pg_catalog.=) $1 AND term OPERATOR(pg_catalog.=) $2 "
-		"AND holder OPERATOR(pg_catalog.=) $3",
-		5, {TEXTOID, INT8OID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
 	},
 	[STMT_TAKE_OVER] = {
 		"UPDATE leader_election.leases SET holder = $3, term = $4, "
@@ -466,11 +556,10 @@ le_store_insert(const char *name, const LeIdentity *who, int64 term,
 
 /*
  * Renew the lease `row` shows, if it still has that holder and term: true if
- * renewed.  Under READ COMMITTED a false means the row changed since `row`
- * was read; under REPEATABLE READ it may also mean the row is newer than the
- * snapshot, which is a serialization failure.  When this backend was also
- * the last to renew it under the same role and application_name, only the
- * times change: the common case of a holder renewing back to back.
+ * renewed, false if the row changed since `row` was read.  Under REPEATABLE
+ * READ or SERIALIZABLE the update goes through the executor, which checks
+ * the row against the transaction's snapshot; a row the snapshot cannot see
+ * is a serialization failure there.
  */
 bool
 le_store_renew(const char *name, const LeaseRow *row, TimestampTz now,
@@ -479,28 +568,22 @@ le_store_renew(const char *name, const LeaseRow *row, TimestampTz now,
 	LeSpiCall	call;
 	Datum		v[9];
 	char		n[10] = "         ";
-	bool		same_details;
-	bool		renewed;
+
+	if (!IsolationUsesXactSnapshot())
+		return le_store_renew_in_place(name, row, now, expires);
 
 	v[0] = CStringGetTextDatum(name);
 	v[1] = Int64GetDatum(row->term);
 	v[2] = CStringGetTextDatum(row->holder);
 	v[3] = TimestampTzGetDatum(now);
 	v[4] = TimestampTzGetDatum(expires);
-	same_details = row->holder_pid == MyProcPid &&
-		row->holder_role == GetUserId() &&
-		strcmp(row->application_name ? row->application_name : "",
-			   application_name ? application_name : "") == 0;
-	if (!same_details)
-		le_holder_details(&v[5], &v[6], &v[7], &n[7], &v[8], &n[8]);
+	le_holder_details(&v[5], &v[6], &v[7], &n[7], &v[8], &n[8]);
 
 	le_spi_begin(&call);
-	le_spi_run(same_details ? STMT_RENEW_TIMES : STMT_RENEW, v, n, false);
-	renewed = (SPI_processed == 1);
-	if (!renewed && IsolationUsesXactSnapshot())
-		le_expect_one_row("renewal");
+	le_spi_run(STMT_RENEW, v, n, false);
+	le_expect_one_row("renewal");
 	le_spi_end(&call);
-	return renewed;
+	return true;
 }
 
 void
