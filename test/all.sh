@@ -18,11 +18,13 @@ trap 'le_cluster_stop "$work/cluster"; [ "${LE_KEEP:-0}" = 1 ] || rm -rf "$work"
 le_run_as_tester mkdir -p "$work/cluster"
 le_cluster_start "$work/cluster"
 
-failed=0
+failed=0 passed=0
 run_suite() {
     local name=$1; shift
     le_say "$name"
-    if ! "$@"; then
+    if "$@"; then
+        passed=$((passed + 1))
+    else
         failed=$((failed + 1))
         echo "FAILED: $name" >&2
         for f in "$work"/regression.diffs "$work"/output_iso/regression.diffs; do
@@ -41,8 +43,5 @@ for t in "$work"/test/clients/*.test.sh; do
     run_suite "client example $(basename "$t")" le_run_as_tester env PGHOST="$PGHOST" PGPORT="$PGPORT" PGUSER=postgres bash "$t"
 done
 
-if [ "$failed" -ne 0 ]; then
-    le_say "$failed suite(s) failed"
-    exit 1
-fi
-le_say "all suites passed"
+echo "suites: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]
