@@ -13,38 +13,9 @@
 TRUNCATE leader_election.leases, leader_election.history;
 RESET leader_election.holder_id;
 
--- try(sql): run one statement; its first value as text, or
--- "ERROR <sqlstate>: <message> (<detail>)" if it fails.
-CREATE FUNCTION pg_temp.try(sql text) RETURNS text LANGUAGE plpgsql AS $$
-DECLARE
-    result text;
-    state text;
-    msg text;
-    detail text;
-BEGIN
-    EXECUTE sql INTO result;
-    RETURN coalesce(result, '(null)');
-EXCEPTION WHEN OTHERS THEN
-    GET STACKED DIAGNOSTICS state = RETURNED_SQLSTATE, msg = MESSAGE_TEXT,
-                            detail = PG_EXCEPTION_DETAIL;
-    RETURN format('ERROR %s: %s', state, msg) || coalesce(' (' || nullif(detail, '') || ')', '');
-END $$;
-
--- wait_until_expired(name): return once the server clock has passed the
--- lease's expires_at; raise if that takes more than 5 seconds.
-CREATE FUNCTION pg_temp.wait_until_expired(lease text) RETURNS void LANGUAGE plpgsql AS $$
-DECLARE
-    deadline timestamptz := clock_timestamp() + interval '5 seconds';
-BEGIN
-    LOOP
-        EXIT WHEN clock_timestamp() >
-                  (SELECT expires_at FROM leader_election.leases WHERE name = lease);
-        IF clock_timestamp() > deadline THEN
-            RAISE EXCEPTION 'lease "%" did not expire within 5 seconds', lease;
-        END IF;
-        PERFORM pg_sleep(0.01);
-    END LOOP;
-END $$;
+\set ECHO none
+\i test/regress_helpers.sql
+\set ECHO all
 
 --
 -- Acquire, renew, am_leader, leader_term with a named holder.
@@ -131,7 +102,7 @@ SELECT holder LIKE 'session:%' AS session_holder, session_bound, valid
   FROM leader_election.leaders WHERE name = 'session-job';
 -- The session identity is not a valid explicit holder (22023), so nobody
 -- else can pose as this session.
-SELECT pg_temp.try(format('SELECT am_leader(%L, %L)', 'session-job', holder))
+SELECT pg_temp.try_with_detail(format('SELECT am_leader(%L, %L)', 'session-job', holder))
   FROM current_leader('session-job');
 -- A named holder is a different identity from the session.
 SELECT am_leader('session-job', 'host-a') AS host_a_leads;
@@ -187,23 +158,23 @@ SELECT assert_leader('short', 2, 'host-b') AS fenced_term;
 -- Named arguments work as documented.
 SELECT assert_leader(name => 'short', term => 2, holder => 'host-b') AS fenced_term;
 -- not the holder
-SELECT pg_temp.try($$SELECT assert_leader('short', NULL, 'host-a')$$) AS not_holder;
+SELECT pg_temp.try_with_detail($$SELECT assert_leader('short', NULL, 'host-a')$$) AS not_holder;
 -- wrong term
-SELECT pg_temp.try($$SELECT assert_leader('short', 1, 'host-b')$$) AS wrong_term;
-SELECT pg_temp.try($$SELECT assert_leader('short', 3, 'host-b')$$) AS future_term;
+SELECT pg_temp.try_with_detail($$SELECT assert_leader('short', 1, 'host-b')$$) AS wrong_term;
+SELECT pg_temp.try_with_detail($$SELECT assert_leader('short', 3, 'host-b')$$) AS future_term;
 -- never held
-SELECT pg_temp.try($$SELECT assert_leader('never-held', NULL, 'host-b')$$) AS never_held;
+SELECT pg_temp.try_with_detail($$SELECT assert_leader('never-held', NULL, 'host-b')$$) AS never_held;
 -- released
 SELECT release_leader('short', 'host-b') AS b_released;
-SELECT pg_temp.try($$SELECT assert_leader('short', 2, 'host-b')$$) AS after_release;
+SELECT pg_temp.try_with_detail($$SELECT assert_leader('short', 2, 'host-b')$$) AS after_release;
 -- expired (and not taken over)
 SELECT try_acquire_leader('fence-expiry', '100ms', 'host-a') AS acquired;
 SELECT pg_temp.wait_until_expired('fence-expiry');
-SELECT pg_temp.try($$SELECT assert_leader('fence-expiry', 1, 'host-a')$$) AS expired;
+SELECT pg_temp.try_with_detail($$SELECT assert_leader('fence-expiry', 1, 'host-a')$$) AS expired;
 -- session identity: fails for a name held by a named holder
 SELECT try_acquire_leader('fence-session', '1 minute') AS acquired;
 SELECT assert_leader('fence-session') AS session_fenced_term;
-SELECT pg_temp.try($$SELECT assert_leader('fence-session', NULL, 'host-a')$$) AS other_holder;
+SELECT pg_temp.try_with_detail($$SELECT assert_leader('fence-session', NULL, 'host-a')$$) AS other_holder;
 -- A failed assert_leader aborts the caller's transaction: the fenced work
 -- cannot commit.
 CREATE TEMP TABLE effects (term bigint);

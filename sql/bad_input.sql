@@ -17,20 +17,9 @@
 TRUNCATE leader_election.leases, leader_election.history;
 RESET leader_election.holder_id;
 
--- try(sql): run one statement; its first value as text, or
--- "ERROR <sqlstate>: <message>" if it fails.
-CREATE FUNCTION pg_temp.try(sql text) RETURNS text LANGUAGE plpgsql AS $$
-DECLARE
-    result text;
-    state text;
-    msg text;
-BEGIN
-    EXECUTE sql INTO result;
-    RETURN coalesce(result, '(null)');
-EXCEPTION WHEN OTHERS THEN
-    GET STACKED DIAGNOSTICS state = RETURNED_SQLSTATE, msg = MESSAGE_TEXT;
-    RETURN format('ERROR %s: %s', state, msg);
-END $$;
+\set ECHO none
+\i test/regress_helpers.sql
+\set ECHO all
 
 -- The bad inputs, one per row: what is wrong, and the statement.
 CREATE TEMP TABLE bad_cases (id serial, input text, sql text);

@@ -15,21 +15,9 @@
 TRUNCATE leader_election.leases, leader_election.history;
 RESET leader_election.holder_id;
 
--- wait_until_expired(name): return once the server clock has passed the
--- lease's expires_at; raise if that takes more than 5 seconds.
-CREATE FUNCTION pg_temp.wait_until_expired(lease text) RETURNS void LANGUAGE plpgsql AS $$
-DECLARE
-    deadline timestamptz := clock_timestamp() + interval '5 seconds';
-BEGIN
-    LOOP
-        EXIT WHEN clock_timestamp() >
-                  (SELECT expires_at FROM leader_election.leases WHERE name = lease);
-        IF clock_timestamp() > deadline THEN
-            RAISE EXCEPTION 'lease "%" did not expire within 5 seconds', lease;
-        END IF;
-        PERFORM pg_sleep(0.01);
-    END LOOP;
-END $$;
+\set ECHO none
+\i test/regress_helpers.sql
+\set ECHO all
 
 --
 -- NOTIFY payloads.

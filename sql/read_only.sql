@@ -11,20 +11,9 @@
 TRUNCATE leader_election.leases, leader_election.history;
 RESET leader_election.holder_id;
 
--- try(sql): run one statement; its first value as text, or
--- "ERROR <sqlstate>: <message>" if it fails.
-CREATE FUNCTION pg_temp.try(sql text) RETURNS text LANGUAGE plpgsql AS $$
-DECLARE
-    result text;
-    state text;
-    msg text;
-BEGIN
-    EXECUTE sql INTO result;
-    RETURN coalesce(result, '(null)');
-EXCEPTION WHEN OTHERS THEN
-    GET STACKED DIAGNOSTICS state = RETURNED_SQLSTATE, msg = MESSAGE_TEXT;
-    RETURN format('ERROR %s: %s', state, msg);
-END $$;
+\set ECHO none
+\i test/regress_helpers.sql
+\set ECHO all
 
 -- The calls to make, on a lease 'ro' held by 'h' and a free name 'ro-new'.
 CREATE TEMP TABLE ro_cases (id serial, call text, sql text);
