@@ -3,7 +3,8 @@
 # Layout:
 #   src/*.c                      the module
 #   sql/leader_election--*.sql   install and upgrade scripts (DATA)
-#   sql/<test>.sql, expected/    pg_regress tests (REGRESS): every other sql/*.sql
+#   sql/<test>.sql, expected/    pg_regress tests (REGRESS): every other sql/*.sql;
+#                                they share test/regress_helpers.sql
 #   test/specs, test/expected    isolation specs (ISOLATION)
 #   test/t/*.pl                  TAP tests (PostgreSQL::Test::Cluster)
 #
