@@ -1,9 +1,10 @@
 #!/bin/bash
 # bench/run.sh: the leader_election benchmark, in one command.
 #
-#   sudo bash bench/run.sh            full run (~10 s per cell, 1M-renewal bloat, 30 failover trials)
+#   sudo bash bench/run.sh            full run (3 rounds of 5 s per cell, 1M-renewal bloat, 30 failover trials)
 #   sudo bash bench/run.sh --quick    smoke run (~2 s per cell, fewer scenarios, 100k bloat, 7 trials)
-#   options: --no-build (skip package install and build), --only STEPS (see bench.py --help)
+#   options: --no-build (skip package install and build), --only STEPS (see bench.py --help),
+#            --rounds N (rounds per throughput cell; the median is reported)
 #
 # Installs and builds like test/all.sh, starts a throwaway cluster (fsync and
 # synchronous_commit at their defaults), installs the extension and the
@@ -13,12 +14,13 @@
 # and bench/results/latest.md.  See bench/README.md.
 set -euo pipefail
 
-quick=() build=() only=() trials=30
+quick=() build=() only=() trials=30 rounds=()
 while [ $# -gt 0 ]; do
     case $1 in
         --quick) quick=(--quick); trials=7 ;;
         --no-build) build=(--no-build) ;;
         --only) only=(--only "$2"); shift ;;
+        --rounds) rounds=(--rounds "$2"); shift ;;
         -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
         *) echo "unknown option $1" >&2; exit 2 ;;
     esac
@@ -40,4 +42,4 @@ if [ ${#only[@]} -gt 0 ]; then
     [ "${only[1]}" = "" ] && only=(--only none)
 fi
 le_say "throughput, correctness, bloat"
-"$BENCH_PY" "$BENCH_DIR/bench.py" "${quick[@]}" "${only[@]}" --failover-json "$fo_json"
+"$BENCH_PY" "$BENCH_DIR/bench.py" "${quick[@]}" "${only[@]}" "${rounds[@]}" --failover-json "$fo_json"
