@@ -120,6 +120,7 @@ extern bool le_is_own_session(int32 pid, TimestampTz started);
 
 /* lease_store.c */
 extern void le_store_read(const char *name, LeaseRow *row);
+extern void le_store_read_for_answer(const char *name, LeaseRow *row);
 extern LeRowLock le_store_lock_row(const char *name, bool for_takeover);
 extern void le_store_insert(const char *name, const LeIdentity *who,
 							int64 term, TimestampTz now, TimestampTz expires);
@@ -140,12 +141,15 @@ extern void le_history_end(const char *name, int64 term, TimestampTz at,
 extern bool le_lease_valid(const LeaseRow *row, TimestampTz now);
 extern bool le_try_acquire(const char *name, int64 ttl_usecs,
 						   const LeIdentity *who, TimestampTz *retry_at);
+extern bool le_try_acquire_in_statement(const char *name, int64 ttl_usecs,
+										const LeIdentity *who);
 
 /* wakeup.c */
 extern Size le_wakeup_shmem_size(void);
 extern void le_wakeup_shmem_init(void);
 extern void le_wakeup_register_callbacks(void);
 extern void le_xact_touched(const char *name);
+extern bool le_xact_touched_any(void);
 extern void le_wake_on_session_exit(const char *name);
 extern void le_wait_begin(const char *name);
 extern void le_wait_sleep(TimestampTz until);

@@ -27,10 +27,14 @@
  *     PREPARE TRANSACTION of a transaction that wrote or fenced a lease is
  *     refused (wakeup.c), so no lease decision can outlive its session.
  *
- * I5  Answers reflect the latest committed state at call time under every
- *     isolation level (lease_store.c reads with a fresh snapshot); writes
- *     that would act on a row changed after a REPEATABLE READ or
- *     SERIALIZABLE snapshot fail with 40001 rather than return a stale true.
+ * I5  Answers are never stale: under READ COMMITTED they reflect the state
+ *     committed when the calling statement began (its snapshot, as for any
+ *     query), so each is correct at a moment within the call; under
+ *     REPEATABLE READ and SERIALIZABLE they read a fresh snapshot, never the
+ *     transaction's.  Every decision to write is made on the state committed
+ *     at that instant, under the writer lock (lease_store.c).  Writes that
+ *     would act on a row changed after a REPEATABLE READ or SERIALIZABLE
+ *     snapshot fail with 40001 rather than return a stale true.
  *
  * I6  Fencing: assert_leader locks the row FOR KEY SHARE after checking the
  *     caller holds a valid lease.  A takeover must lock the row FOR UPDATE,
@@ -245,9 +249,9 @@ le_after_grant(const char *name, const LeIdentity *who)
  * current lease's expiry, or 0 if the lease is busy with another writer or
  * a fenced transaction (whose end wakes waiters, wakeup.c).
  */
-bool
-le_try_acquire(const char *name, int64 ttl_usecs, const LeIdentity *who,
-			   TimestampTz *retry_at)
+static bool
+le_try_acquire_from(const char *name, int64 ttl_usecs, const LeIdentity *who,
+					TimestampTz *retry_at, bool first_look_latest)
 {
 	LeaseRow	row;
 	LeaseRow	locked;
@@ -259,7 +263,10 @@ le_try_acquire(const char *name, int64 ttl_usecs, const LeIdentity *who,
 	*retry_at = 0;
 
 	/* The cheap look, without any lock: "no" ends here (I7). */
-	le_store_read(name, &row);
+	if (first_look_latest)
+		le_store_read(name, &row);
+	else
+		le_store_read_for_answer(name, &row);
 	le_check_owner(name, &row);
 	if (!le_is_mine(&row, who) && le_lease_valid(&row, now))
 	{
@@ -343,6 +350,24 @@ le_try_acquire(const char *name, int64 ttl_usecs, const LeIdentity *who,
 	return true;
 }
 
+/* The step wait_for_leadership and the task runner repeat: always fresh. */
+bool
+le_try_acquire(const char *name, int64 ttl_usecs, const LeIdentity *who,
+			   TimestampTz *retry_at)
+{
+	return le_try_acquire_from(name, ttl_usecs, who, retry_at, true);
+}
+
+/* One try_acquire_leader() call: its first look may use the statement's snapshot. */
+bool
+le_try_acquire_in_statement(const char *name, int64 ttl_usecs,
+							const LeIdentity *who)
+{
+	TimestampTz retry_at;
+
+	return le_try_acquire_from(name, ttl_usecs, who, &retry_at, false);
+}
+
 /* ---- SQL-callable functions ---- */
 
 /* try_acquire_leader(name text, ttl interval, holder text) returns boolean */
@@ -353,11 +378,10 @@ try_acquire_leader(PG_FUNCTION_ARGS)
 	int64		ttl = le_checked_ttl(fcinfo, 1);
 	char	   *holder = le_checked_optional_holder(fcinfo, 2);
 	LeIdentity	who;
-	TimestampTz retry_at;
 
 	le_prevent_if_read_only("try_acquire_leader()");
 	who = le_resolve_identity(holder);
-	PG_RETURN_BOOL(le_try_acquire(name, ttl, &who, &retry_at));
+	PG_RETURN_BOOL(le_try_acquire_in_statement(name, ttl, &who));
 }
 
 /*
@@ -372,7 +396,7 @@ le_own_valid_lease(FunctionCallInfo fcinfo, int holder_argno)
 	LeIdentity	who = le_resolve_identity(holder);
 	LeaseRow   *row = palloc(sizeof(LeaseRow));
 
-	le_store_read(name, row);
+	le_store_read_for_answer(name, row);
 	le_check_owner(name, row);
 	if (le_is_mine(row, &who) && le_lease_valid(row, GetCurrentTimestamp()))
 		return row;
@@ -410,7 +434,7 @@ release_leader(PG_FUNCTION_ARGS)
 	le_prevent_if_read_only("release_leader()");
 	who = le_resolve_identity(holder);
 
-	le_store_read(name, &row);
+	le_store_read_for_answer(name, &row);
 	le_check_owner(name, &row);
 	if (!le_is_mine(&row, &who))
 		PG_RETURN_BOOL(false);
@@ -564,7 +588,7 @@ current_leader(PG_FUNCTION_ARGS)
 		old = MemoryContextSwitchTo(funcctx->multi_call_memory_ctx);
 		name = le_checked_name(fcinfo, 0);
 		row = palloc(sizeof(LeaseRow));
-		le_store_read(name, row);
+		le_store_read_for_answer(name, row);
 		le_check_owner(name, row);
 		if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
 			elog(ERROR, "current_leader must return a composite type");

@@ -3,11 +3,12 @@
  * lease_store.c
  *	  Every read and write of leader_election.leases and .history.
  *
- * Reads go straight through the primary key index with a snapshot taken at
- * the moment of the call (GetLatestSnapshot), whatever the isolation level:
- * an answer always reflects the latest committed state, never the
- * transaction's older snapshot.  That read takes no row lock and writes
- * nothing, which is what lets "no" answers cost one index probe.
+ * Reads go straight through the primary key index and take no row lock
+ * and write nothing, which is what lets "no" answers cost one index probe.
+ * le_store_read() sees the state committed at this instant, whatever the
+ * isolation level: every decision to write is made on it.  Answers that
+ * write nothing may use the calling statement's snapshot under READ
+ * COMMITTED (le_store_read_for_answer, which says why).
  *
  * Writes go through SPI plans prepared once per backend and kept, except the
  * renewal under READ COMMITTED, the hottest write of all, which updates the
@@ -187,9 +188,13 @@ typedef struct LeLookup
 	IndexScanDesc scan;
 } LeLookup;
 
-/* Find the latest version of the name's row; true if there is one. */
+/*
+ * Find the name's row; true if there is one.  With latest, the version
+ * committed at this instant; otherwise, under READ COMMITTED, the version the
+ * calling statement's snapshot sees (see le_store_read_for_answer).
+ */
 static bool
-le_lookup_begin(LeLookup *lk, const char *name, LOCKMODE lockmode)
+le_lookup_begin(LeLookup *lk, const char *name, LOCKMODE lockmode, bool latest)
 {
 	le_store_load_cache();
 	lk->rel = table_open(le_cache.leases, lockmode);
@@ -197,7 +202,11 @@ le_lookup_begin(LeLookup *lk, const char *name, LOCKMODE lockmode)
 	ScanKeyEntryInitialize(&lk->key, 0, 1, BTEqualStrategyNumber, InvalidOid,
 						   C_COLLATION_OID, F_TEXTEQ,
 						   PointerGetDatum(cstring_to_text(name)));
-	lk->snap = RegisterSnapshot(GetLatestSnapshot());
+	if (latest || IsolationUsesXactSnapshot() || !ActiveSnapshotSet() ||
+		le_xact_touched_any())
+		lk->snap = RegisterSnapshot(GetLatestSnapshot());
+	else
+		lk->snap = RegisterSnapshot(GetActiveSnapshot());
 	lk->slot = table_slot_create(lk->rel, NULL);
 	lk->scan = index_beginscan(lk->rel, lk->idx, lk->snap, 1, 0);
 	index_rescan(lk->scan, &lk->key, 1, NULL, 0);
@@ -218,12 +227,12 @@ le_lookup_end(LeLookup *lk)
 	table_close(lk->rel, NoLock);
 }
 
-void
-le_store_read(const char *name, LeaseRow *row)
+static void
+le_store_read_snapshot(const char *name, LeaseRow *row, bool latest)
 {
 	LeLookup	lk;
 
-	if (le_lookup_begin(&lk, name, AccessShareLock))
+	if (le_lookup_begin(&lk, name, AccessShareLock, latest))
 		le_row_from_datums(lk.slot->tts_values, lk.slot->tts_isnull, row);
 	else
 	{
@@ -231,6 +240,31 @@ le_store_read(const char *name, LeaseRow *row)
 		row->found = false;
 	}
 	le_lookup_end(&lk);
+}
+
+/* The row as committed at this instant, whatever the isolation level. */
+void
+le_store_read(const char *name, LeaseRow *row)
+{
+	le_store_read_snapshot(name, row, true);
+}
+
+/*
+ * The row for an answer that writes nothing (am_leader, leader_term,
+ * current_leader, and the first look of try_acquire_leader and
+ * release_leader).  Under READ COMMITTED that is the calling statement's own
+ * snapshot, taken when the statement started, like any query's: the answer
+ * is then correct at a moment inside the call's span (from the statement's
+ * start to its return), and taking a second snapshot would cost more than
+ * the rest of the call.  Under REPEATABLE READ and SERIALIZABLE the statement
+ * snapshot is the transaction's, possibly old, so a fresh one is taken; so
+ * it is once this transaction has changed a lease, because the statement's
+ * snapshot would not show a change made earlier in the same statement.
+ */
+void
+le_store_read_for_answer(const char *name, LeaseRow *row)
+{
+	le_store_read_snapshot(name, row, false);
 }
 
 static void le_holder_details(Datum *pid, Datum *role, Datum *appname,
@@ -251,7 +285,7 @@ le_store_renew_in_place(const char *name, const LeaseRow *row,
 	LeLookup	lk;
 	bool		renewed = false;
 
-	if (le_lookup_begin(&lk, name, RowExclusiveLock) &&
+	if (le_lookup_begin(&lk, name, RowExclusiveLock, true) &&
 		!lk.slot->tts_isnull[COL_HOLDER] &&
 		DatumGetInt64(lk.slot->tts_values[COL_TERM]) == row->term &&
 		strcmp(TextDatumGetCString(lk.slot->tts_values[COL_HOLDER]), row->holder) == 0)

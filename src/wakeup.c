@@ -156,6 +156,13 @@ le_xact_touched(const char *name)
  * the one that releases this session's locks, and before ProcKill, so the
  * liveness lock is already gone and MyProc is still usable.
  */
+/* Has this transaction written or fenced a lease (not rolled back)? */
+bool
+le_xact_touched_any(void)
+{
+	return le_touch_levels != NIL;
+}
+
 static void
 le_on_backend_exit(int code, Datum arg)
 {
