@@ -75,6 +75,15 @@ SELECT p.proname,
 SELECT p.proname, has_function_privilege('public', p.oid, 'EXECUTE') AS public_execute
   FROM pg_proc p WHERE p.pronamespace = 'leader_election'::regnamespace ORDER BY 1;
 
+-- Triggers: only the lease cache's, on leases, firing on every change even
+-- under session_replication_role = replica (tgenabled 'A').
+SELECT t.tgrelid::regclass AS "table", t.tgname, t.tgenabled,
+       pg_get_triggerdef(t.oid) AS definition
+  FROM pg_trigger t
+ WHERE t.tgrelid IN (SELECT oid FROM pg_class
+                      WHERE relnamespace = 'leader_election'::regnamespace)
+   AND NOT t.tgisinternal
+ ORDER BY 1, 2;
 -- Tables and the view: persistence, options, RLS, rights of PUBLIC.
 SELECT c.relname, c.relkind, c.relpersistence, c.reloptions,
        c.relrowsecurity AS rls, c.relforcerowsecurity AS force_rls,

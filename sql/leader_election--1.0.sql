@@ -80,6 +80,26 @@ REVOKE ALL ON TABLE leader_election.leases FROM PUBLIC;
 -- instead of starting again at 1 (roles are dumped by name, hence regrole).
 SELECT pg_catalog.pg_extension_config_dump('leader_election.leases', '');
 
+/*
+ * The lease cache in shared memory (src/lease_cache.c) learns of the
+ * extension's own writes directly; this trigger tells it of any other change
+ * of the table (a superuser's DML, TRUNCATE, COPY, logical replication),
+ * which empties the cache when that transaction ends.  ENABLE ALWAYS: it
+ * fires under session_replication_role = replica too.  A backend that finds
+ * it missing or disabled stops using the cache.
+ */
+CREATE FUNCTION leader_election.leases_cache_invalidate()
+    RETURNS trigger
+    AS 'MODULE_PATHNAME', 'le_leases_cache_invalidate'
+    LANGUAGE C;
+COMMENT ON FUNCTION leader_election.leases_cache_invalidate() IS
+    'Trigger: a change of leader_election.leases made other than by the extension''s functions empties the lease cache at the end of its transaction';
+REVOKE ALL ON FUNCTION leader_election.leases_cache_invalidate() FROM PUBLIC;
+CREATE TRIGGER leases_cache_invalidate
+    AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON leader_election.leases
+    FOR EACH STATEMENT EXECUTE FUNCTION leader_election.leases_cache_invalidate();
+ALTER TABLE leader_election.leases ENABLE ALWAYS TRIGGER leases_cache_invalidate;
+
 /* One row per term, bounded by leader_election.history_max_terms per name. */
 CREATE TABLE leader_election.history (
     name          text COLLATE "C" NOT NULL,

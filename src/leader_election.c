@@ -6,7 +6,8 @@
  *
  * The SQL functions work whether or not the library is preloaded.  With
  * shared_preload_libraries = 'leader_election' the module also gets shared
- * memory (instant wakeups for wait_for_leadership) and the task runner's
+ * memory (instant wakeups for wait_for_leadership, and the lease cache that
+ * answers am_leader without reading the table) and the task runner's
  * launcher (task_launcher.c).
  *
  *-------------------------------------------------------------------------
@@ -107,6 +108,7 @@ le_shmem_request(void)
 		prev_shmem_request_hook();
 #endif
 	RequestAddinShmemSpace(le_wakeup_shmem_size());
+	RequestAddinShmemSpace(le_cache_shmem_size());
 	RequestAddinShmemSpace(le_task_shmem_size());
 }
 
@@ -116,6 +118,7 @@ le_shmem_startup(void)
 	if (prev_shmem_startup_hook)
 		prev_shmem_startup_hook();
 	le_wakeup_shmem_init();
+	le_cache_shmem_init();
 	le_task_shmem_init();
 }
 
@@ -144,4 +147,5 @@ _PG_init(void)
 
 	le_reserve_guc_prefix("leader_election");
 	le_wakeup_register_callbacks();
+	le_cache_register_callbacks();
 }

@@ -8,6 +8,7 @@
  *	  input.c            validation of names, holders and ttls
  *	  identity.c         who the caller is; whether a session holder lives
  *	  lease_store.c      every read and write of the lease and history tables
+ *	  lease_cache.c      the latest committed leases in shared memory
  *	  lease.c            the protocol and the SQL-callable functions
  *	  wakeup.c           waking waiters; per-transaction bookkeeping
  *	  task_registry.c    the task runner: registering tasks and their checks
@@ -121,21 +122,37 @@ extern bool le_is_own_session(int32 pid, TimestampTz started);
 /* lease_store.c */
 extern void le_store_read(const char *name, LeaseRow *row);
 extern void le_store_read_for_answer(const char *name, LeaseRow *row);
+extern void le_store_read_row_for_answer(const char *name, LeaseRow *row);
 extern LeRowLock le_store_lock_row(const char *name, bool for_takeover);
 extern void le_store_insert(const char *name, const LeIdentity *who,
 							int64 term, TimestampTz now, TimestampTz expires);
 extern bool le_store_renew(const char *name, const LeaseRow *row,
 						   TimestampTz now, TimestampTz expires);
 extern void le_store_take_over(const char *name, const LeIdentity *who,
-							   int64 old_term, int64 new_term,
+							   Oid owner, int64 old_term, int64 new_term,
 							   TimestampTz now, TimestampTz expires);
-extern void le_store_release(const char *name, int64 term, TimestampTz now);
+extern void le_store_release(const char *name, const LeaseRow *row,
+							 TimestampTz now);
 extern int64 le_store_count_names(Oid owner);
 extern void le_history_begin(const char *name, int64 term,
 							 const LeIdentity *who, Oid owner,
 							 TimestampTz at);
 extern void le_history_end(const char *name, int64 term, TimestampTz at,
 						   LeEndReason reason);
+
+/* lease_cache.c */
+#define LE_CACHE_TRIGGER_NAME	"leases_cache_invalidate"
+extern Size le_cache_shmem_size(void);
+extern void le_cache_shmem_init(void);
+extern void le_cache_register_callbacks(void);
+extern bool le_cache_available(void);
+extern bool le_cache_lookup(Oid relid, const char *name, LeaseRow *row);
+extern void le_cache_fill(Oid relid, const char *name, const LeaseRow *row);
+extern void le_cache_note_write(Oid relid, const char *name,
+								const LeaseRow *row);
+extern void le_cache_own_write_begin(void);
+extern void le_cache_own_write_end(void);
+extern void le_cache_forget_all(void);
 
 /* lease.c */
 extern bool le_lease_valid(const LeaseRow *row, TimestampTz now);

@@ -343,7 +343,8 @@ le_try_acquire_from(const char *name, int64 ttl_usecs, const LeIdentity *who,
 	}
 	else
 		reason = LE_END_RELEASED;
-	le_store_take_over(name, who, locked.term, term, now, now + ttl_usecs);
+	le_store_take_over(name, who, locked.owner, locked.term, term, now,
+					   now + ttl_usecs);
 	le_history_begin(name, term, who, locked.owner, now);
 	le_notify(name, "elected", who->holder, term, le_end_reason_names[reason]);
 	le_after_grant(name, who);
@@ -448,7 +449,7 @@ release_leader(PG_FUNCTION_ARGS)
 	}
 	now = GetCurrentTimestamp();
 	le_history_end(name, row.term, now, LE_END_RELEASED);
-	le_store_release(name, row.term, now);
+	le_store_release(name, &row, now);
 	le_notify(name, "released", who.holder, row.term, "released");
 	le_xact_touched(name);
 	PG_RETURN_BOOL(true);
@@ -588,7 +589,7 @@ current_leader(PG_FUNCTION_ARGS)
 		old = MemoryContextSwitchTo(funcctx->multi_call_memory_ctx);
 		name = le_checked_name(fcinfo, 0);
 		row = palloc(sizeof(LeaseRow));
-		le_store_read_for_answer(name, row);
+		le_store_read_row_for_answer(name, row);
 		le_check_owner(name, row);
 		if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
 			elog(ERROR, "current_leader must return a composite type");

@@ -35,6 +35,7 @@
 #include "catalog/index.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_collation.h"
+#include "catalog/pg_trigger.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "executor/tuptable.h"
@@ -49,6 +50,7 @@
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
+#include "utils/reltrigger.h"
 #include "utils/snapmgr.h"
 
 #include "compat.h"
@@ -95,17 +97,26 @@ typedef struct LeStoreCache
 	Oid			leases;
 	Oid			leases_pkey;
 	Oid			table_owner;
+	bool		lease_cache_ok; /* the cache's invalidation trigger is in place */
 } LeStoreCache;
 
 static LeStoreCache le_cache;
 static bool le_cache_callback_registered = false;
 
+/*
+ * A change of the table's definition (its triggers among them) or of
+ * everything: look the relations up again, and empty the lease cache, which
+ * may hold rows from before a change its trigger did not see (lease_cache.c).
+ */
 static void
 le_store_invalidate(Datum arg, Oid relid)
 {
 	if (relid == InvalidOid || relid == le_cache.leases ||
 		relid == le_cache.leases_pkey)
+	{
 		le_cache.valid = false;
+		le_cache_forget_all();
+	}
 }
 
 static void
@@ -122,6 +133,35 @@ le_store_check_columns(Relation rel)
 			elog(ERROR, "leader_election.leases column %d is \"%s\", expected \"%s\"",
 				 i + 1, NameStr(TupleDescAttr(desc, i)->attname),
 				 le_lease_columns[i]);
+}
+
+/*
+ * Does the table have the lease cache's invalidation trigger, firing on every
+ * change, even under session_replication_role = replica (lease_cache.c)?
+ * Enabling or disabling a trigger invalidates the relcache entry, so every
+ * backend asks again.
+ */
+static bool
+le_store_has_cache_trigger(Relation rel)
+{
+	TriggerDesc *td = rel->trigdesc;
+	const int16 events = TRIGGER_TYPE_INSERT | TRIGGER_TYPE_UPDATE |
+		TRIGGER_TYPE_DELETE | TRIGGER_TYPE_TRUNCATE;
+
+	if (td == NULL)
+		return false;
+	for (int i = 0; i < td->numtriggers; i++)
+	{
+		Trigger    *t = &td->triggers[i];
+
+		if (strcmp(t->tgname, LE_CACHE_TRIGGER_NAME) == 0 &&
+			t->tgenabled == TRIGGER_FIRES_ALWAYS &&
+			!TRIGGER_FOR_ROW(t->tgtype) && TRIGGER_FOR_AFTER(t->tgtype) &&
+			(t->tgtype & events) == events &&
+			t->tgnargs == 0 && t->tgqual == NULL)
+			return true;
+	}
+	return false;
 }
 
 static void
@@ -150,6 +190,7 @@ le_store_load_cache(void)
 	rel = table_open(le_cache.leases, AccessShareLock);
 	le_store_check_columns(rel);
 	le_cache.table_owner = rel->rd_rel->relowner;
+	le_cache.lease_cache_ok = le_store_has_cache_trigger(rel);
 	table_close(rel, NoLock);
 	le_cache.valid = true;
 }
@@ -250,9 +291,29 @@ le_store_read(const char *name, LeaseRow *row)
 }
 
 /*
- * The row for an answer that writes nothing (am_leader, leader_term,
- * current_leader, and the first look of try_acquire_leader and
- * release_leader).  Under READ COMMITTED that is the calling statement's own
+ * May answers read the lease cache (lease_cache.c) now?  Not once this
+ * transaction has written or fenced a lease: the cache holds committed rows
+ * only.
+ */
+static bool
+le_store_cache_usable(void)
+{
+	le_store_load_cache();
+	return le_cache.lease_cache_ok && le_cache_available() &&
+		!le_xact_touched_any();
+}
+
+/*
+ * The row for an answer that writes nothing (am_leader, leader_term, and the
+ * first look of try_acquire_leader and release_leader): only the decision
+ * fields (found, owner, holder, term, expires_at, session_pid,
+ * session_start) are filled in.
+ *
+ * With the library preloaded this is the latest committed row, from the
+ * lease cache when it can answer, else from the table with a fresh snapshot
+ * (which then fills the cache): correct at an instant inside the call.
+ *
+ * Without the cache, under READ COMMITTED it is the calling statement's own
  * snapshot, taken when the statement started, like any query's: the answer
  * is then correct at a moment inside the call's span (from the statement's
  * start to its return), and taking a second snapshot would cost more than
@@ -264,9 +325,30 @@ le_store_read(const char *name, LeaseRow *row)
 void
 le_store_read_for_answer(const char *name, LeaseRow *row)
 {
+	if (le_store_cache_usable())
+	{
+		if (le_cache_lookup(le_cache.leases, name, row))
+			return;
+		le_store_read_snapshot(name, row, true);
+		le_cache_fill(le_cache.leases, name, row);
+		return;
+	}
 	le_store_read_snapshot(name, row, false);
 }
 
+/*
+ * The whole row, for current_leader: as le_store_read_for_answer, but always
+ * from the table (with a fresh snapshot when the cache is in use, so that
+ * its answers never go back in time behind the cache's).
+ */
+void
+le_store_read_row_for_answer(const char *name, LeaseRow *row)
+{
+	le_store_read_snapshot(name, row, le_store_cache_usable());
+}
+
+static void le_store_note_renewal(const char *name, const LeaseRow *before,
+								  TimestampTz expires);
 static void le_holder_details(Datum *pid, Datum *role, Datum *appname,
 							  char *appname_null, Datum *addr, char *addr_null);
 
@@ -338,7 +420,10 @@ le_store_renew_in_place(const char *name, const LeaseRow *row,
 	}
 	le_lookup_end(&lk);
 	if (renewed)
+	{
+		le_store_note_renewal(name, row, expires);
 		CommandCounterIncrement();	/* later reads in this transaction see it */
+	}
 	return renewed;
 }
 
@@ -487,7 +572,11 @@ le_spi_run(LeStmt stmt, Datum *values, const char *nulls, bool read_only)
 			elog(ERROR, "SPI_keepplan failed");
 		le_plans[stmt] = plan;
 	}
+	if (!read_only)
+		le_cache_own_write_begin();
 	rc = SPI_execute_plan(le_plans[stmt], values, nulls, read_only, 0);
+	if (!read_only)
+		le_cache_own_write_end();
 	if (rc < 0)
 		elog(ERROR, "SPI_execute_plan failed for \"%s\": %s",
 			 le_stmts[stmt].sql, SPI_result_code_string(rc));
@@ -566,6 +655,39 @@ le_session_columns(const LeIdentity *who, Datum *pid, char *pid_null,
 	}
 }
 
+/*
+ * Tell the lease cache what this transaction wrote (lease_cache.c publishes
+ * it at commit): the decision fields of the new row.
+ */
+static void
+le_store_note_grant(const char *name, const LeIdentity *who, Oid owner,
+					int64 term, TimestampTz expires)
+{
+	LeaseRow	row = {0};
+
+	row.found = true;
+	row.owner = owner;
+	row.holder = who->holder;
+	row.term = term;
+	row.expires_at = expires;
+	if (who->session_bound)
+	{
+		row.session_pid = MyProcPid;
+		row.session_start = MyStartTimestamp;
+	}
+	le_cache_note_write(le_cache.leases, name, &row);
+}
+
+static void
+le_store_note_renewal(const char *name, const LeaseRow *before,
+					  TimestampTz expires)
+{
+	LeaseRow	row = *before;
+
+	row.expires_at = expires;
+	le_cache_note_write(le_cache.leases, name, &row);
+}
+
 void
 le_store_insert(const char *name, const LeIdentity *who, int64 term,
 				TimestampTz now, TimestampTz expires)
@@ -586,6 +708,7 @@ le_store_insert(const char *name, const LeIdentity *who, int64 term,
 	le_spi_begin(&call);
 	le_spi_run(STMT_INSERT, v, n, false);
 	le_spi_end(&call);
+	le_store_note_grant(name, who, GetUserId(), term, expires);
 }
 
 /*
@@ -617,12 +740,14 @@ le_store_renew(const char *name, const LeaseRow *row, TimestampTz now,
 	le_spi_run(STMT_RENEW, v, n, false);
 	le_expect_one_row("renewal");
 	le_spi_end(&call);
+	le_store_note_renewal(name, row, expires);
 	return true;
 }
 
 void
-le_store_take_over(const char *name, const LeIdentity *who, int64 old_term,
-				   int64 new_term, TimestampTz now, TimestampTz expires)
+le_store_take_over(const char *name, const LeIdentity *who, Oid owner,
+				   int64 old_term, int64 new_term, TimestampTz now,
+				   TimestampTz expires)
 {
 	LeSpiCall	call;
 	Datum		v[12];
@@ -641,13 +766,16 @@ le_store_take_over(const char *name, const LeIdentity *who, int64 old_term,
 	le_spi_run(STMT_TAKE_OVER, v, n, false);
 	le_expect_one_row("takeover");
 	le_spi_end(&call);
+	le_store_note_grant(name, who, owner, new_term, expires);
 }
 
 void
-le_store_release(const char *name, int64 term, TimestampTz now)
+le_store_release(const char *name, const LeaseRow *row, TimestampTz now)
 {
 	LeSpiCall	call;
 	Datum		v[3];
+	LeaseRow	released = *row;
+	int64		term = row->term;
 
 	v[0] = CStringGetTextDatum(name);
 	v[1] = Int64GetDatum(term);
@@ -657,6 +785,12 @@ le_store_release(const char *name, int64 term, TimestampTz now)
 	le_spi_run(STMT_RELEASE, v, NULL, false);
 	le_expect_one_row("release");
 	le_spi_end(&call);
+
+	released.holder = NULL;
+	released.expires_at = now;
+	released.session_pid = 0;
+	released.session_start = 0;
+	le_cache_note_write(le_cache.leases, name, &released);
 }
 
 /*
