@@ -4,11 +4,11 @@
  *	  Every read and write of leader_election.leases and .history.
  *
  * Reads go straight through the primary key index and take no row lock
- * and write nothing, which is what lets "no" answers cost one index probe.
- * le_store_read() sees the state committed at this instant, whatever the
- * isolation level: every decision to write is made on it.  Answers that
- * write nothing may use the calling statement's snapshot under READ
- * COMMITTED (le_store_read_for_answer, which says why).
+ * and write nothing.  le_store_read() sees the state committed at this
+ * instant, whatever the isolation level: every decision to write is made on
+ * it.  Answers that write nothing ask the lease cache first
+ * (le_store_read_for_answer, which says when), and every write tells the
+ * cache what it wrote (le_cache_note_write).
  *
  * Writes go through SPI plans prepared once per backend and kept, except the
  * renewal under READ COMMITTED, the hottest write of all, which updates the
