@@ -88,11 +88,12 @@ SELECT pg_catalog.pg_extension_config_dump('leader_election.leases', '');
 
 /*
  * The lease cache in shared memory (src/lease_cache.c) learns of the
- * extension's own writes directly; this trigger tells it of any other change
- * of the table (a superuser's DML, TRUNCATE, COPY, logical replication),
- * which empties the cache when that transaction ends.  ENABLE ALWAYS: it
- * fires under session_replication_role = replica too.  A backend that finds
- * it missing or disabled stops using the cache.
+ * extension's own writes directly; these triggers tell it of any other change
+ * of the table (a superuser's DML, TRUNCATE, COPY, logical replication, whose
+ * apply worker fires row triggers only), which empties the cache when that
+ * transaction ends.  ENABLE ALWAYS: they fire under
+ * session_replication_role = replica too.  A backend that finds either
+ * missing or not ENABLE ALWAYS stops using the cache.
  */
 CREATE FUNCTION leader_election.leases_cache_invalidate()
     RETURNS trigger
@@ -101,10 +102,14 @@ CREATE FUNCTION leader_election.leases_cache_invalidate()
 COMMENT ON FUNCTION leader_election.leases_cache_invalidate() IS
     'Trigger: a change of leader_election.leases made other than by the extension''s functions empties the lease cache at the end of its transaction';
 REVOKE ALL ON FUNCTION leader_election.leases_cache_invalidate() FROM PUBLIC;
-CREATE TRIGGER leases_cache_invalidate
-    AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON leader_election.leases
+CREATE TRIGGER leases_cache_invalidate_rows
+    AFTER INSERT OR UPDATE OR DELETE ON leader_election.leases
+    FOR EACH ROW EXECUTE FUNCTION leader_election.leases_cache_invalidate();
+CREATE TRIGGER leases_cache_invalidate_truncate
+    AFTER TRUNCATE ON leader_election.leases
     FOR EACH STATEMENT EXECUTE FUNCTION leader_election.leases_cache_invalidate();
-ALTER TABLE leader_election.leases ENABLE ALWAYS TRIGGER leases_cache_invalidate;
+ALTER TABLE leader_election.leases ENABLE ALWAYS TRIGGER leases_cache_invalidate_rows;
+ALTER TABLE leader_election.leases ENABLE ALWAYS TRIGGER leases_cache_invalidate_truncate;
 
 /* One row per term, bounded by leader_election.history_max_terms per name. */
 CREATE TABLE leader_election.history (

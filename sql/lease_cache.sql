@@ -118,8 +118,8 @@ SELECT pg_temp.other(format($$BEGIN; SELECT release_leader(%L, 'b');
 SELECT pg_temp.answers('n1') AS n1, pg_temp.answers(:'twin') AS twin;
 
 --
--- Changes made around the functions, by a superuser: the trigger
--- leases_cache_invalidate makes each of them visible at once.
+-- Changes made around the functions, by a superuser: the triggers running
+-- leases_cache_invalidate() make each of them visible at once.
 --
 SELECT pg_temp.other($$SELECT try_acquire_leader('su', '1 hour', 'a')$$);
 SELECT pg_temp.answers('su');                       -- a, term 1
@@ -132,7 +132,7 @@ SELECT pg_temp.answers('su');                       -- nobody
 SELECT pg_temp.other($$INSERT INTO leader_election.leases (name, owner, holder, term, expires_at)
                        VALUES ('su', current_user::regrole, 'a', 9, now() + interval '1 hour')$$);
 SELECT pg_temp.answers('su');                       -- a, term 9
--- Under session_replication_role = replica (the trigger fires ALWAYS).
+-- Under session_replication_role = replica (the triggers fire ALWAYS).
 SELECT pg_temp.other($$SET session_replication_role = replica$$);
 SELECT pg_temp.other($$UPDATE leader_election.leases SET holder = 'b' WHERE name = 'su'$$);
 SELECT pg_temp.other($$RESET session_replication_role$$);
@@ -165,27 +165,27 @@ SELECT pg_temp.answers('su');                       -- b here
 ROLLBACK;
 SELECT pg_temp.answers('su');                       -- a again
 
--- With the trigger disabled a backend stops using the cache, so even
--- changes the trigger does not see are seen; enabling it again empties the
+-- With a trigger disabled a backend stops using the cache, so even
+-- changes the triggers do not see are seen; enabling it again empties the
 -- cache, which may hold rows from before such a change.
 SELECT pg_temp.answers('su');                       -- a, term 10
-ALTER TABLE leader_election.leases DISABLE TRIGGER leases_cache_invalidate;
+ALTER TABLE leader_election.leases DISABLE TRIGGER leases_cache_invalidate_rows;
 SELECT pg_temp.other($$UPDATE leader_election.leases SET holder = 'b' WHERE name = 'su'$$);
 SELECT pg_temp.answers('su');                       -- b
-ALTER TABLE leader_election.leases ENABLE ALWAYS TRIGGER leases_cache_invalidate;
+ALTER TABLE leader_election.leases ENABLE ALWAYS TRIGGER leases_cache_invalidate_rows;
 SELECT pg_temp.answers('su');                       -- b
 SELECT pg_temp.other($$SELECT release_leader('su', 'b')$$);
 SELECT pg_temp.answers('su');                       -- nobody
 -- A plain ENABLE (as pg_restore --disable-triggers leaves it) does not fire
 -- under session_replication_role = replica: the cache stays off.
-ALTER TABLE leader_election.leases ENABLE TRIGGER leases_cache_invalidate;
+ALTER TABLE leader_election.leases ENABLE TRIGGER leases_cache_invalidate_rows;
 SELECT pg_temp.other($$SET session_replication_role = replica$$);
 SELECT pg_temp.other($$UPDATE leader_election.leases
                           SET holder = 'a', expires_at = now() + interval '1 hour'
                         WHERE name = 'su'$$);
 SELECT pg_temp.other($$RESET session_replication_role$$);
 SELECT pg_temp.answers('su');                       -- a, term 10
-ALTER TABLE leader_election.leases ENABLE ALWAYS TRIGGER leases_cache_invalidate;
+ALTER TABLE leader_election.leases ENABLE ALWAYS TRIGGER leases_cache_invalidate_rows;
 
 SELECT dblink_disconnect('other');
 DROP EXTENSION dblink;

@@ -141,7 +141,7 @@ extern void le_history_end(const char *name, int64 term, TimestampTz at,
 						   LeEndReason reason);
 
 /* lease_cache.c */
-#define LE_CACHE_TRIGGER_NAME	"leases_cache_invalidate"
+#define LE_CACHE_TRIGGER_FUNCTION	"leases_cache_invalidate"
 extern Size le_cache_shmem_size(void);
 extern void le_cache_shmem_init(void);
 extern void le_cache_register_callbacks(void);

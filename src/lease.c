@@ -27,20 +27,21 @@
  *     PREPARE TRANSACTION of a transaction that wrote or fenced a lease is
  *     refused (wakeup.c), so no lease decision can outlive its session.
  *
- * I5  Answers are never stale.  An answer that writes nothing (am_leader,
- *     leader_term, current_leader, the first look of try_acquire_leader and
- *     release_leader) is the latest committed state at an instant inside the
- *     call when the library is preloaded: from the lease cache
- *     (lease_cache.c, C1) or else the table with a fresh snapshot.  Without
- *     preloading, under READ COMMITTED it is the calling statement's
- *     snapshot, as for any query, so still correct at a moment within the
- *     call; under REPEATABLE READ and SERIALIZABLE a fresh snapshot, never
- *     the transaction's.  Once the transaction has changed a lease, answers
- *     read the table with a fresh snapshot, which shows the change.  Every
- *     decision to write is made on the state committed at that instant,
- *     under the writer lock (lease_store.c).  Writes that would act on a row
- *     changed after a REPEATABLE READ or SERIALIZABLE snapshot fail with
- *     40001 rather than return a stale true.
+ * I5  Answers are never stale.  Under READ COMMITTED, with the library
+ *     preloaded and its cache triggers in place, an answer that writes
+ *     nothing (am_leader, leader_term, the first look of try_acquire_leader
+ *     and release_leader) is the latest committed state at an instant inside
+ *     the call, from the lease cache (lease_cache.c, C1) or else the table
+ *     with a fresh snapshot; current_leader always reads the table, then
+ *     with a fresh snapshot too.  Without the cache, under READ COMMITTED
+ *     answers use the calling statement's snapshot, as any query does, so
+ *     they are still correct at a moment within the call.  Under REPEATABLE
+ *     READ and SERIALIZABLE, and once the transaction has changed a lease,
+ *     answers read the table with a fresh snapshot, never the transaction's.
+ *     Every decision to write is made on the state committed at that
+ *     instant, under the writer lock (lease_store.c).  Writes that would act
+ *     on a row changed after a REPEATABLE READ or SERIALIZABLE snapshot fail
+ *     with 40001 rather than return a stale true.
  *
  * I6  Fencing: assert_leader locks the row FOR KEY SHARE after checking the
  *     caller holds a valid lease.  A takeover must lock the row FOR UPDATE,

@@ -39,13 +39,19 @@
  *	  emptied instead.
  *
  *	  Any other change of the table (a superuser's UPDATE, DELETE, TRUNCATE,
- *	  COPY, logical replication) fires the statement trigger
- *	  leases_cache_invalidate, which marks the transaction: at PRE_COMMIT it
- *	  raises a global "pending" count that makes every reader read the table,
- *	  and at COMMIT or ABORT it advances the global epoch, which empties every
- *	  slot at once, before lowering the count.  Such a transaction cannot be
- *	  prepared.  A backend that finds the trigger missing or not ENABLE
- *	  ALWAYS does not use the cache (lease_store.c).
+ *	  COPY, logical replication) fires a trigger running
+ *	  leases_cache_invalidate() (one per row, one for TRUNCATE), which marks
+ *	  the transaction: at PRE_COMMIT it raises a global "pending" count that
+ *	  makes every reader read the table, and at COMMIT or ABORT it advances
+ *	  the global epoch, which empties every slot at once, before lowering the
+ *	  count.  Such a transaction cannot be prepared.  A backend that finds
+ *	  the triggers missing or not ENABLE ALWAYS does not use the cache, and a
+ *	  change of the table's definition empties the cache (lease_store.c).
+ *
+ *	  A published row carries the epoch of its writer's PRE_COMMIT: a
+ *	  foreign change that replaced it after it became visible (it no longer
+ *	  waits for the writer's row lock) but before it was published has
+ *	  advanced the epoch, so the entry is born void.
  *
  *	  A reader that misses fills the slot from a fresh snapshot of the table,
  *	  taken after it noted the slot's version; the fill is dropped if the slot
@@ -130,6 +136,7 @@ typedef struct LePendingWrite
 	int			nest_level;		/* (sub)transaction that wrote it */
 	bool		known;			/* false: written in a rolled-back subxact */
 	bool		marked;			/* counted in the slot's pending */
+	uint64		epoch;			/* the global epoch when it was marked */
 	Oid			relid;
 	char		name[LE_CACHE_LABEL_BYTES];
 	LeCachedRow row;
@@ -141,6 +148,9 @@ static List *le_pending_writes = NIL;
 /* Did this transaction change the table other than through lease_store.c? */
 static bool le_foreign_change = false;
 static bool le_foreign_marked = false;
+
+/* Has this transaction passed PRE_COMMIT (its writes are marked)? */
+static bool le_writes_marked = false;
 
 /* lease_store.c writes through SPI with this set: not a foreign change. */
 static bool le_own_write_in_progress = false;
@@ -322,7 +332,10 @@ le_cache_lookup(Oid relid, const char *name, LeaseRow *row)
 			le_row_from_cached(&copy, row);
 			return true;
 		}
-		/* Worth filling, unless a change is committing. */
+		/*
+		 * Worth filling, unless a change is committing.  (pending is read
+		 * after the check; le_cache_fill checks again under the lock.)
+		 */
 		le_last_ticket.may_fill = (slot->pending == 0);
 		le_last_ticket.version = v1;
 		le_last_ticket.epoch = epoch;
@@ -386,6 +399,9 @@ le_cache_note_write(Oid relid, const char *name, const LeaseRow *row)
 
 	if (le_cache_shared == NULL)
 		return;
+	if (le_writes_marked)
+		elog(ERROR, "lease \"%s\" written after its transaction began to commit",
+			 name);
 	known = len < LE_CACHE_LABEL_BYTES && le_cached_from_row(row, &c);
 
 	foreach(lc, le_pending_writes)
@@ -440,6 +456,7 @@ le_cache_mark_pending(void)
 		SpinLockAcquire(&slot->mutex);
 		le_slot_change_begin(slot);
 		slot->pending++;
+		w->epoch = pg_atomic_read_u64(&le_cache_shared->epoch);
 		slot->next_known = (slot->pending == 1 && w->known);
 		if (slot->next_known)
 		{
@@ -451,6 +468,7 @@ le_cache_mark_pending(void)
 		le_slot_change_end(slot);
 		SpinLockRelease(&slot->mutex);
 	}
+	le_writes_marked = true;
 	if (le_foreign_change)
 	{
 		pg_atomic_fetch_add_u32(&le_cache_shared->foreign_pending, 1);
@@ -475,8 +493,15 @@ le_cache_end_pending(bool committed)
 		le_slot_change_begin(slot);
 		if (committed && w->known)
 		{
+			/*
+			 * Stamped with the epoch of PRE_COMMIT, not of now: a foreign
+			 * change may have replaced this row between our commit becoming
+			 * visible and this moment (it need not wait for our row lock any
+			 * more), and its end advanced the epoch; then this entry is
+			 * already void.
+			 */
 			slot->valid = true;
-			slot->epoch = pg_atomic_read_u64(&le_cache_shared->epoch);
+			slot->epoch = w->epoch;
 			slot->dbid = MyDatabaseId;
 			slot->relid = w->relid;
 			strcpy(slot->name, w->name);
@@ -515,6 +540,7 @@ le_cache_forget_xact(void)
 	le_pending_writes = NIL;	/* freed with TopTransactionContext */
 	le_foreign_change = false;
 	le_foreign_marked = false;
+	le_writes_marked = false;
 	le_own_write_in_progress = false;
 }
 
@@ -592,10 +618,10 @@ le_cache_own_write_end(void)
 }
 
 /*
- * leader_election.leases_cache_invalidate(): the statement trigger on
- * leader_election.leases (INSERT, UPDATE, DELETE, TRUNCATE; ENABLE ALWAYS).
- * A change that did not come through lease_store.c empties the whole cache
- * when its transaction ends.
+ * leader_election.leases_cache_invalidate(): the function of the triggers on
+ * leader_election.leases (after each row INSERT, UPDATE, DELETE; after
+ * TRUNCATE; ENABLE ALWAYS).  A change that did not come through
+ * lease_store.c empties the whole cache when its transaction ends.
  */
 PG_FUNCTION_INFO_V1(le_leases_cache_invalidate);
 Datum

@@ -87,21 +87,21 @@ static const char *const le_lease_columns[LEASE_NCOLS] = {
 	"application_name, client_addr"
 
 /*
- * Per-backend cache of the relation OIDs.  A relcache invalidation of
- * either relation (or of everything) clears it; the next call looks them
- * up again, so DROP and CREATE EXTENSION in another session are seen.
+ * The relation OIDs, kept per backend.  A relcache invalidation of either
+ * relation (or of everything) clears them; the next call looks them up
+ * again, so DROP and CREATE EXTENSION in another session are seen.
  */
-typedef struct LeStoreCache
+typedef struct LeStoreRels
 {
 	bool		valid;
 	Oid			leases;
 	Oid			leases_pkey;
 	Oid			table_owner;
-	bool		lease_cache_ok; /* the cache's invalidation trigger is in place */
-} LeStoreCache;
+	bool		cache_triggers_ok;	/* the lease cache's triggers are in place */
+} LeStoreRels;
 
-static LeStoreCache le_cache;
-static bool le_cache_callback_registered = false;
+static LeStoreRels le_rels;
+static bool le_rels_callback_registered = false;
 
 /*
  * A change of the table's definition (its triggers among them) or of
@@ -111,10 +111,10 @@ static bool le_cache_callback_registered = false;
 static void
 le_store_invalidate(Datum arg, Oid relid)
 {
-	if (relid == InvalidOid || relid == le_cache.leases ||
-		relid == le_cache.leases_pkey)
+	if (relid == InvalidOid || relid == le_rels.leases ||
+		relid == le_rels.leases_pkey)
 	{
-		le_cache.valid = false;
+		le_rels.valid = false;
 		le_cache_forget_all();
 	}
 }
@@ -136,17 +136,36 @@ le_store_check_columns(Relation rel)
 }
 
 /*
- * Does the table have the lease cache's invalidation trigger, firing on every
- * change, even under session_replication_role = replica (lease_cache.c)?
- * Enabling or disabling a trigger invalidates the relcache entry, so every
- * backend asks again.
+ * Is trigger t the lease cache's trigger of that level and those events,
+ * firing on every change, even under session_replication_role = replica?
  */
 static bool
-le_store_has_cache_trigger(Relation rel)
+le_store_is_cache_trigger(const Trigger *t, bool row_level, int16 events)
+{
+	Oid			fn_ns;
+
+	if (t->tgenabled != TRIGGER_FIRES_ALWAYS || !TRIGGER_FOR_AFTER(t->tgtype) ||
+		TRIGGER_FOR_ROW(t->tgtype) != row_level ||
+		(t->tgtype & events) != events ||
+		t->tgnattr != 0 || t->tgnargs != 0 || t->tgqual != NULL)
+		return false;
+	fn_ns = get_func_namespace(t->tgfoid);
+	return OidIsValid(fn_ns) &&
+		strcmp(get_func_name(t->tgfoid), LE_CACHE_TRIGGER_FUNCTION) == 0 &&
+		fn_ns == get_namespace_oid("leader_election", true);
+}
+
+/*
+ * Does the table have the lease cache's invalidation triggers (lease_cache.c,
+ * and the install script)?  Enabling, disabling or dropping a trigger
+ * invalidates the relcache entry, so every backend asks again.
+ */
+static bool
+le_store_has_cache_triggers(Relation rel)
 {
 	TriggerDesc *td = rel->trigdesc;
-	const int16 events = TRIGGER_TYPE_INSERT | TRIGGER_TYPE_UPDATE |
-		TRIGGER_TYPE_DELETE | TRIGGER_TYPE_TRUNCATE;
+	bool		rows = false;
+	bool		truncate = false;
 
 	if (td == NULL)
 		return false;
@@ -154,45 +173,43 @@ le_store_has_cache_trigger(Relation rel)
 	{
 		Trigger    *t = &td->triggers[i];
 
-		if (strcmp(t->tgname, LE_CACHE_TRIGGER_NAME) == 0 &&
-			t->tgenabled == TRIGGER_FIRES_ALWAYS &&
-			!TRIGGER_FOR_ROW(t->tgtype) && TRIGGER_FOR_AFTER(t->tgtype) &&
-			(t->tgtype & events) == events &&
-			t->tgnargs == 0 && t->tgqual == NULL)
-			return true;
+		rows |= le_store_is_cache_trigger(t, true, TRIGGER_TYPE_INSERT |
+										  TRIGGER_TYPE_UPDATE |
+										  TRIGGER_TYPE_DELETE);
+		truncate |= le_store_is_cache_trigger(t, false, TRIGGER_TYPE_TRUNCATE);
 	}
-	return false;
+	return rows && truncate;
 }
 
 static void
-le_store_load_cache(void)
+le_store_load_rels(void)
 {
 	Oid			nsp;
 	Relation	rel;
 
-	if (le_cache.valid)
+	if (le_rels.valid)
 		return;
-	if (!le_cache_callback_registered)
+	if (!le_rels_callback_registered)
 	{
 		CacheRegisterRelcacheCallback(le_store_invalidate, (Datum) 0);
-		le_cache_callback_registered = true;
+		le_rels_callback_registered = true;
 	}
 
 	nsp = get_namespace_oid("leader_election", true);
-	le_cache.leases = OidIsValid(nsp) ? get_relname_relid("leases", nsp) : InvalidOid;
-	le_cache.leases_pkey = OidIsValid(nsp) ? get_relname_relid("leases_pkey", nsp) : InvalidOid;
-	if (!OidIsValid(le_cache.leases) || !OidIsValid(le_cache.leases_pkey))
+	le_rels.leases = OidIsValid(nsp) ? get_relname_relid("leases", nsp) : InvalidOid;
+	le_rels.leases_pkey = OidIsValid(nsp) ? get_relname_relid("leases_pkey", nsp) : InvalidOid;
+	if (!OidIsValid(le_rels.leases) || !OidIsValid(le_rels.leases_pkey))
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("extension \"leader_election\" is not installed in this database"),
 				 errhint("Run CREATE EXTENSION leader_election;")));
 
-	rel = table_open(le_cache.leases, AccessShareLock);
+	rel = table_open(le_rels.leases, AccessShareLock);
 	le_store_check_columns(rel);
-	le_cache.table_owner = rel->rd_rel->relowner;
-	le_cache.lease_cache_ok = le_store_has_cache_trigger(rel);
+	le_rels.table_owner = rel->rd_rel->relowner;
+	le_rels.cache_triggers_ok = le_store_has_cache_triggers(rel);
 	table_close(rel, NoLock);
-	le_cache.valid = true;
+	le_rels.valid = true;
 }
 
 /* Fill *row from one lease tuple's columns; strings go to CurrentMemoryContext. */
@@ -237,9 +254,9 @@ typedef struct LeLookup
 static bool
 le_lookup_begin(LeLookup *lk, const char *name, LOCKMODE lockmode, bool latest)
 {
-	le_store_load_cache();
-	lk->rel = table_open(le_cache.leases, lockmode);
-	lk->idx = index_open(le_cache.leases_pkey, lockmode);
+	le_store_load_rels();
+	lk->rel = table_open(le_rels.leases, lockmode);
+	lk->idx = index_open(le_rels.leases_pkey, lockmode);
 	ScanKeyEntryInitialize(&lk->key, 0, 1, BTEqualStrategyNumber, InvalidOid,
 						   C_COLLATION_OID, F_TEXTEQ,
 						   PointerGetDatum(cstring_to_text(name)));
@@ -293,14 +310,21 @@ le_store_read(const char *name, LeaseRow *row)
 /*
  * May answers read the lease cache (lease_cache.c) now?  Not once this
  * transaction has written or fenced a lease: the cache holds committed rows
- * only.
+ * only.  Not under REPEATABLE READ or SERIALIZABLE, where answers keep
+ * reading the table (a fresh snapshot, and SERIALIZABLE's predicate locks).
  */
 static bool
 le_store_cache_usable(void)
 {
-	le_store_load_cache();
-	return le_cache.lease_cache_ok && le_cache_available() &&
-		!le_xact_touched_any();
+	/*
+	 * Answers from the cache open no relation, so nothing else would notice
+	 * a trigger disabled since this transaction began; this is cheap when
+	 * nothing is queued.
+	 */
+	AcceptInvalidationMessages();
+	le_store_load_rels();
+	return le_rels.cache_triggers_ok && !IsolationUsesXactSnapshot() &&
+		le_cache_available() && !le_xact_touched_any();
 }
 
 /*
@@ -309,11 +333,12 @@ le_store_cache_usable(void)
  * fields (found, owner, holder, term, expires_at, session_pid,
  * session_start) are filled in.
  *
- * With the library preloaded this is the latest committed row, from the
- * lease cache when it can answer, else from the table with a fresh snapshot
- * (which then fills the cache): correct at an instant inside the call.
+ * When the cache may be used (le_store_cache_usable) this is the latest
+ * committed row, from the lease cache when it can answer, else from the
+ * table with a fresh snapshot (which then fills the cache): correct at an
+ * instant inside the call.
  *
- * Without the cache, under READ COMMITTED it is the calling statement's own
+ * Otherwise, under READ COMMITTED it is the calling statement's own
  * snapshot, taken when the statement started, like any query's: the answer
  * is then correct at a moment inside the call's span (from the statement's
  * start to its return), and taking a second snapshot would cost more than
@@ -327,10 +352,10 @@ le_store_read_for_answer(const char *name, LeaseRow *row)
 {
 	if (le_store_cache_usable())
 	{
-		if (le_cache_lookup(le_cache.leases, name, row))
+		if (le_cache_lookup(le_rels.leases, name, row))
 			return;
 		le_store_read_snapshot(name, row, true);
-		le_cache_fill(le_cache.leases, name, row);
+		le_cache_fill(le_rels.leases, name, row);
 		return;
 	}
 	le_store_read_snapshot(name, row, false);
@@ -366,6 +391,7 @@ le_store_renew_in_place(const char *name, const LeaseRow *row,
 {
 	LeLookup	lk;
 	bool		renewed = false;
+	LeaseRow	updated = *row;
 
 	if (le_lookup_begin(&lk, name, RowExclusiveLock, true) &&
 		!lk.slot->tts_isnull[COL_HOLDER] &&
@@ -411,6 +437,12 @@ le_store_renew_in_place(const char *name, const LeaseRow *row,
 							 UNIQUE_CHECK_YES, true, BuildIndexInfo(lk.idx));
 			}
 			renewed = true;
+			/* What the cache learns is the row as updated, not as first seen. */
+			updated.owner = DatumGetObjectId(lk.slot->tts_values[COL_OWNER]);
+			updated.session_pid = lk.slot->tts_isnull[COL_SESSION_PID] ? 0 :
+				DatumGetInt32(lk.slot->tts_values[COL_SESSION_PID]);
+			updated.session_start = lk.slot->tts_isnull[COL_SESSION_START] ? 0 :
+				DatumGetTimestampTz(lk.slot->tts_values[COL_SESSION_START]);
 		}
 		else if (result != TM_Updated && result != TM_Deleted)
 			elog(ERROR, "unexpected result %d renewing lease \"%s\"",
@@ -421,7 +453,7 @@ le_store_renew_in_place(const char *name, const LeaseRow *row,
 	le_lookup_end(&lk);
 	if (renewed)
 	{
-		le_store_note_renewal(name, row, expires);
+		le_store_note_renewal(name, &updated, expires);
 		CommandCounterIncrement();	/* later reads in this transaction see it */
 	}
 	return renewed;
@@ -465,7 +497,8 @@ static const LeStmtDef le_stmts[STMT_COUNT] = {
 		"UPDATE leader_election.leases SET renewed_at = $4, expires_at = $5, "
 		"holder_pid = $6, holder_role = $7, application_name = $8, client_addr = $9 "
 		"WHERE name OPERATOR(pg_catalog.=) $1 AND term OPERATOR(pg_catalog.=) $2 "
-		"AND holder OPERATOR(pg_catalog.=) $3",
+		"AND holder OPERATOR(pg_catalog.=) $3 "
+		"RETURNING owner, session_pid, session_start",
 		9, {TEXTOID, INT8OID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, INT4OID,
 		OIDOID, TEXTOID, INETOID}
 	},
@@ -539,12 +572,12 @@ typedef struct LeSpiCall
 static void
 le_spi_begin(LeSpiCall *call)
 {
-	le_store_load_cache();
+	le_store_load_rels();
 	call->caller_cxt = CurrentMemoryContext;
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 	GetUserIdAndSecContext(&call->save_userid, &call->save_sec_context);
-	SetUserIdAndSecContext(le_cache.table_owner,
+	SetUserIdAndSecContext(le_rels.table_owner,
 						   call->save_sec_context | SECURITY_LOCAL_USERID_CHANGE);
 }
 
@@ -675,7 +708,7 @@ le_store_note_grant(const char *name, const LeIdentity *who, Oid owner,
 		row.session_pid = MyProcPid;
 		row.session_start = MyStartTimestamp;
 	}
-	le_cache_note_write(le_cache.leases, name, &row);
+	le_cache_note_write(le_rels.leases, name, &row);
 }
 
 static void
@@ -685,7 +718,7 @@ le_store_note_renewal(const char *name, const LeaseRow *before,
 	LeaseRow	row = *before;
 
 	row.expires_at = expires;
-	le_cache_note_write(le_cache.leases, name, &row);
+	le_cache_note_write(le_rels.leases, name, &row);
 }
 
 void
@@ -725,6 +758,7 @@ le_store_renew(const char *name, const LeaseRow *row, TimestampTz now,
 	LeSpiCall	call;
 	Datum		v[9];
 	char		n[10] = "         ";
+	LeaseRow	updated = *row;
 
 	if (!IsolationUsesXactSnapshot())
 		return le_store_renew_in_place(name, row, now, expires);
@@ -739,8 +773,22 @@ le_store_renew(const char *name, const LeaseRow *row, TimestampTz now,
 	le_spi_begin(&call);
 	le_spi_run(STMT_RENEW, v, n, false);
 	le_expect_one_row("renewal");
+	{
+		/* What the cache learns is the row as updated, not as first seen. */
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+		HeapTuple	tup = SPI_tuptable->vals[0];
+		bool		isnull;
+		Datum		d;
+
+		d = SPI_getbinval(tup, desc, 1, &isnull);
+		updated.owner = DatumGetObjectId(d);
+		d = SPI_getbinval(tup, desc, 2, &isnull);
+		updated.session_pid = isnull ? 0 : DatumGetInt32(d);
+		d = SPI_getbinval(tup, desc, 3, &isnull);
+		updated.session_start = isnull ? 0 : DatumGetTimestampTz(d);
+	}
 	le_spi_end(&call);
-	le_store_note_renewal(name, row, expires);
+	le_store_note_renewal(name, &updated, expires);
 	return true;
 }
 
@@ -790,7 +838,7 @@ le_store_release(const char *name, const LeaseRow *row, TimestampTz now)
 	released.expires_at = now;
 	released.session_pid = 0;
 	released.session_start = 0;
-	le_cache_note_write(le_cache.leases, name, &released);
+	le_cache_note_write(le_rels.leases, name, &released);
 }
 
 /*
