@@ -321,10 +321,12 @@ le_store_cache_usable(void)
 	 * a trigger disabled since this transaction began; this is cheap when
 	 * nothing is queued.
 	 */
+	if (IsolationUsesXactSnapshot() || !le_cache_available() ||
+		le_xact_touched_any())
+		return false;
 	AcceptInvalidationMessages();
 	le_store_load_rels();
-	return le_rels.cache_triggers_ok && !IsolationUsesXactSnapshot() &&
-		le_cache_available() && !le_xact_touched_any();
+	return le_rels.cache_triggers_ok;
 }
 
 /*
