@@ -11,7 +11,9 @@
 # and as the calling user otherwise.
 
 LE_PG_MAJOR=${LE_PG_MAJOR:-15}
-LE_PG_BIN=/usr/lib/postgresql/$LE_PG_MAJOR/bin
+# LE_PG_BIN may point at another installation of the same major (a private
+# copy, or a major built from source): pg_config there says where to install.
+LE_PG_BIN=${LE_PG_BIN:-/usr/lib/postgresql/$LE_PG_MAJOR/bin}
 LE_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 LE_PACKAGES=(make gcc libc6-dev
     "postgresql-$LE_PG_MAJOR" "postgresql-client-$LE_PG_MAJOR" "postgresql-server-dev-$LE_PG_MAJOR"
