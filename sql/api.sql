@@ -11,6 +11,7 @@
 
 -- Start from an empty state: earlier test files may have left leases.
 TRUNCATE leader_election.leases, leader_election.history;
+ALTER SEQUENCE leader_election.terms RESTART;
 RESET leader_election.holder_id;
 
 \set ECHO none
@@ -217,3 +218,4 @@ SELECT term, holder, end_reason FROM leader_election.history
  WHERE name = 'wait-expiry' ORDER BY term;
 
 TRUNCATE leader_election.leases, leader_election.history;
+ALTER SEQUENCE leader_election.terms RESTART;

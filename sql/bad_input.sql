@@ -15,6 +15,7 @@
 --
 
 TRUNCATE leader_election.leases, leader_election.history;
+ALTER SEQUENCE leader_election.terms RESTART;
 RESET leader_election.holder_id;
 
 \set ECHO none
@@ -158,6 +159,7 @@ SELECT holder, term FROM current_leader('bad');
 -- Accepted edge cases.
 --
 TRUNCATE leader_election.leases, leader_election.history;
+ALTER SEQUENCE leader_election.terms RESTART;
 -- holder NULL: the default (session) identity
 SELECT try_acquire_leader('null-holder', '1 minute', NULL) AS acquired,
        am_leader('null-holder') AS session_leads;
@@ -212,3 +214,4 @@ SELECT am_leader(U&'caf\00E9', 'nfd') AS nfd_leads_nfc, am_leader(U&'cafe\0301',
 SELECT am_leader('Job', 'UPPER') AS wrong_case_holder, am_leader('Job', 'upper') AS right_holder;
 
 TRUNCATE leader_election.leases, leader_election.history;
+ALTER SEQUENCE leader_election.terms RESTART;

@@ -15,6 +15,7 @@ SELECT EXISTS (SELECT FROM pg_collation WHERE collprovider = 'i') AS have_icu \g
 \endif
 
 TRUNCATE leader_election.leases, leader_election.history;
+ALTER SEQUENCE leader_election.terms RESTART;
 
 CREATE COLLATION regress_le_ci (provider = icu, locale = 'und-u-ks-level2', deterministic = false);
 -- The collation does what it says: 'JOB' equals 'job' under it.
@@ -35,3 +36,4 @@ SELECT release_leader('job', 'LOWER' COLLATE regress_le_ci) AS wrong_case_holder
 
 DROP COLLATION regress_le_ci;
 TRUNCATE leader_election.leases, leader_election.history;
+ALTER SEQUENCE leader_election.terms RESTART;

@@ -13,6 +13,7 @@
 --
 
 TRUNCATE leader_election.leases, leader_election.history;
+ALTER SEQUENCE leader_election.terms RESTART;
 RESET leader_election.holder_id;
 
 \set ECHO none
@@ -116,3 +117,4 @@ SELECT term, holder FROM leader_election.history
 RESET leader_election.history_max_terms;
 
 TRUNCATE leader_election.leases, leader_election.history;
+ALTER SEQUENCE leader_election.terms RESTART;

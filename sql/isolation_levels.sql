@@ -9,6 +9,7 @@
 --
 
 TRUNCATE leader_election.leases, leader_election.history;
+ALTER SEQUENCE leader_election.terms RESTART;
 RESET leader_election.holder_id;
 
 \set ECHO none
@@ -79,3 +80,4 @@ SELECT term, holder, end_reason FROM leader_election.history
  WHERE name = 'rr-expiry' ORDER BY term;
 
 TRUNCATE leader_election.leases, leader_election.history;
+ALTER SEQUENCE leader_election.terms RESTART;

@@ -14,6 +14,7 @@
 \set ECHO all
 CREATE EXTENSION dblink;
 TRUNCATE leader_election.leases, leader_election.history;
+ALTER SEQUENCE leader_election.terms RESTART;
 RESET leader_election.holder_id;
 
 SELECT dblink_connect('other',

@@ -12,6 +12,7 @@
 --
 
 TRUNCATE leader_election.leases, leader_election.history;
+ALTER SEQUENCE leader_election.terms RESTART;
 RESET leader_election.holder_id;
 RESET leader_election.max_names_per_role;
 
@@ -171,6 +172,7 @@ RESET leader_election.max_names_per_role;
 
 -- Clean up: leases of the test roles, then the roles.
 TRUNCATE leader_election.leases, leader_election.history;
+ALTER SEQUENCE leader_election.terms RESTART;
 REVOKE ALL ON SCHEMA leader_election FROM regress_le_a, regress_le_b, regress_le_a_member;
 REVOKE ALL ON FUNCTION try_acquire_leader(text, interval, text), am_leader(text, text),
       release_leader(text, text), wait_for_leadership(text, interval, interval, text),

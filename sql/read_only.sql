@@ -9,6 +9,7 @@
 --
 
 TRUNCATE leader_election.leases, leader_election.history;
+ALTER SEQUENCE leader_election.terms RESTART;
 RESET leader_election.holder_id;
 
 \set ECHO none
@@ -70,3 +71,4 @@ SELECT release_leader('ro', 'h') AS released,
        try_acquire_leader('ro-new', '1 minute', 'h') AS acquired;
 
 TRUNCATE leader_election.leases, leader_election.history;
+ALTER SEQUENCE leader_election.terms RESTART;

@@ -7,6 +7,7 @@
 --
 
 TRUNCATE leader_election.leases, leader_election.history;
+ALTER SEQUENCE leader_election.terms RESTART;
 RESET leader_election.holder_id;
 
 -- Load the library so its settings are defined.
@@ -80,3 +81,4 @@ REVOKE ALL ON FUNCTION try_acquire_leader(text, interval, text), am_leader(text,
    FROM regress_le_setting_role;
 DROP ROLE regress_le_setting_role;
 TRUNCATE leader_election.leases, leader_election.history;
+ALTER SEQUENCE leader_election.terms RESTART;

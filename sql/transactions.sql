@@ -10,6 +10,7 @@
 --
 
 TRUNCATE leader_election.leases, leader_election.history;
+ALTER SEQUENCE leader_election.terms RESTART;
 RESET leader_election.holder_id;
 
 -- Prints the SQLSTATE of the last error (psql sets :SQLSTATE).
@@ -155,3 +156,4 @@ SELECT holder, term FROM current_leader('prep');
 SELECT try_acquire_leader('prep', '1 minute', 'h') AS renewed, leader_term('prep', 'h') AS term;
 
 TRUNCATE leader_election.leases, leader_election.history;
+ALTER SEQUENCE leader_election.terms RESTART;

@@ -17,6 +17,9 @@
 
 #include "access/heapam.h"
 #include "access/xlog.h"
+#if PG_VERSION_NUM >= 150000
+#include "access/xlogrecovery.h"
+#endif
 #include "storage/lock.h"
 #include "utils/guc.h"
 
@@ -36,6 +39,21 @@ le_current_timeline(void)
 #else
 	return ThisTimeLineID;
 #endif
+}
+
+/*
+ * The timeline this server is on: the one it writes WAL on, or, on a
+ * standby, the one it replays.
+ */
+static inline TimeLineID
+le_server_timeline(void)
+{
+	TimeLineID	tli;
+
+	if (!RecoveryInProgress())
+		return le_current_timeline();
+	(void) GetXLogReplayRecPtr(&tli);
+	return tli;
 }
 
 /* Does this backend hold the lock in exactly this mode? */

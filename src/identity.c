@@ -19,9 +19,14 @@
  * holder counts as alive and the ttl alone decides; after promotion the old
  * primary's sessions are gone and their leases are free at once.
  *
- * Consequence (documented): pg_advisory_unlock_all() and DISCARD ALL release
+ * Once void, always void.  pg_advisory_unlock_all() and DISCARD ALL release
  * every session-level advisory lock, this one included, and so end the
- * session's session-bound leases.  The next acquisition re-takes the lock.
+ * session's session-bound leases (documented).  The session must not bring
+ * them back by taking the lock again, so it never does: when it finds its
+ * liveness lock gone, it moves to a new *incarnation*, whose identity and
+ * lock use a start value one microsecond later ("session:<pid>:<start + n>"
+ * after the n-th loss).  Leases of the old incarnation stay void for good;
+ * continuing needs a new acquisition, which gets a new term.
  *
  *-------------------------------------------------------------------------
  */
@@ -38,8 +43,19 @@
 static char *le_session_identity = NULL;
 
 /*
+ * The start value of this session's current incarnation: MyStartTimestamp
+ * plus the number of times the liveness lock was lost.  A pid is reused only
+ * by a backend that starts later, so no other session can have the same
+ * (pid, start value) while this one lives.
+ */
+static TimestampTz le_incarnation_start = 0;
+
+/* Did this incarnation take its liveness lock? */
+static bool le_liveness_taken = false;
+
+/*
  * The liveness lock of backend (pid, started): (database, pid, low 32 bits
- * of the start time).  A lease and its holder's session always share a
+ * of the start value).  A lease and its holder's session always share a
  * database, so pg_locks shows it like any advisory lock of this database.
  * A reused pid matches only if the new backend started a whole multiple of
  * 2^32 microseconds (71.6 minutes) after the old one to the microsecond; even
@@ -52,15 +68,41 @@ le_session_locktag(LOCKTAG *tag, int32 pid, TimestampTz started)
 						 (uint32) ((uint64) started), LE_LOCKTAG_SESSION);
 }
 
+/*
+ * If this incarnation's liveness lock was taken and is gone (released by
+ * pg_advisory_unlock_all or DISCARD ALL), start a new incarnation.
+ */
+static void
+le_check_incarnation(void)
+{
+	LOCKTAG		tag;
+
+	if (le_incarnation_start == 0)
+		le_incarnation_start = MyStartTimestamp;
+	if (!le_liveness_taken)
+		return;
+	le_session_locktag(&tag, MyProcPid, le_incarnation_start);
+	if (le_lock_held_by_me(&tag, ExclusiveLock))
+		return;
+	le_incarnation_start++;
+	le_liveness_taken = false;
+	if (le_session_identity != NULL)
+	{
+		pfree(le_session_identity);
+		le_session_identity = NULL;
+	}
+}
+
 static const char *
 le_own_session_identity(void)
 {
+	le_check_incarnation();
 	if (le_session_identity == NULL)
 		le_session_identity = MemoryContextStrdup(TopMemoryContext,
 												  psprintf("%s%d:" INT64_FORMAT,
 														   LE_SESSION_PREFIX,
 														   MyProcPid,
-														   (int64) MyStartTimestamp));
+														   (int64) le_incarnation_start));
 	return le_session_identity;
 }
 
@@ -89,24 +131,38 @@ le_resolve_identity(const char *explicit_holder)
 	return who;
 }
 
+/* Is (pid, started) this session's current incarnation? */
 bool
 le_is_own_session(int32 pid, TimestampTz started)
 {
-	return pid == MyProcPid && started == MyStartTimestamp;
+	le_check_incarnation();
+	return pid == MyProcPid && started == le_incarnation_start;
+}
+
+/* The start value session-bound rows of this session record. */
+TimestampTz
+le_session_start_value(void)
+{
+	le_check_incarnation();
+	return le_incarnation_start;
 }
 
 /*
  * Take this session's liveness lock if it is not held yet.  Probes hold a
- * conflicting lock only for an instant, so waiting here is short.
+ * conflicting lock only for an instant, so waiting here is short.  Called
+ * after a grant under the session identity resolved in the same call, so
+ * the incarnation cannot have changed in between.
  */
 void
 le_hold_session_liveness_lock(void)
 {
 	LOCKTAG		tag;
 
-	le_session_locktag(&tag, MyProcPid, MyStartTimestamp);
+	le_check_incarnation();
+	le_session_locktag(&tag, MyProcPid, le_incarnation_start);
 	if (!le_lock_held_by_me(&tag, ExclusiveLock))
 		(void) LockAcquire(&tag, ExclusiveLock, true, false);
+	le_liveness_taken = true;
 }
 
 /* Is the backend (pid, started) still running? */

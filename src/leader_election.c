@@ -143,9 +143,11 @@ _PG_init(void)
 #endif
 		prev_shmem_startup_hook = shmem_startup_hook;
 		shmem_startup_hook = le_shmem_startup;
+		le_catalog_watch_install();
 	}
 
 	le_reserve_guc_prefix("leader_election");
 	le_wakeup_register_callbacks();
 	le_cache_register_callbacks();
+	le_commit_register_callbacks();
 }

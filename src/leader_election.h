@@ -10,6 +10,8 @@
  *	  lease_store.c      every read and write of the lease and history tables
  *	  lease_cache.c      the latest committed leases in shared memory
  *	  lease.c            the protocol and the SQL-callable functions
+ *	  commit_rules.c     what a transaction that changed a lease must meet at commit
+ *	  catalog_watch.c    DDL that could change leases behind the cache's back
  *	  wakeup.c           waking waiters; per-transaction bookkeeping
  *	  task_registry.c    the task runner: registering tasks and their checks
  *	  task_launcher.c    the task runner: launcher, settings, shared memory
@@ -27,6 +29,7 @@
 #include "postgres.h"
 
 #include "datatype/timestamp.h"
+#include "fmgr.h"
 #include "storage/lock.h"
 
 /* Limits, documented in the README. */
@@ -45,10 +48,11 @@
  * Advisory lock key spaces of our own.  pg_advisory_lock() uses field4
  * values 1 and 2, so keys with these field4 values can never block, or be
  * blocked by, an application's advisory locks.  They show in pg_locks as
- * locktype 'advisory' with objsubid 19525 and 19526.
+ * locktype 'advisory' with objsubid 19525, 19526 and 19527.
  */
 #define LE_LOCKTAG_WRITER		0x4C45	/* one writer per name at a time */
 #define LE_LOCKTAG_SESSION		0x4C46	/* "this session is alive" */
+#define LE_LOCKTAG_ROLE_NAMES	0x4C47	/* a role's first uses of names, one at a time */
 
 /* NOTIFY channel for changes of leader. */
 #define LE_NOTIFY_CHANNEL		"leader_election"
@@ -118,6 +122,7 @@ extern LeIdentity le_resolve_identity(const char *explicit_holder);
 extern void le_hold_session_liveness_lock(void);
 extern bool le_session_alive(int32 pid, TimestampTz started);
 extern bool le_is_own_session(int32 pid, TimestampTz started);
+extern TimestampTz le_session_start_value(void);
 
 /* lease_store.c */
 extern void le_store_read(const char *name, LeaseRow *row);
@@ -134,6 +139,8 @@ extern void le_store_take_over(const char *name, const LeIdentity *who,
 extern void le_store_release(const char *name, const LeaseRow *row,
 							 TimestampTz now);
 extern int64 le_store_count_names(Oid owner);
+extern int64 le_store_next_term(void);
+extern Oid	le_store_leases_relid(void);
 extern void le_history_begin(const char *name, int64 term,
 							 const LeIdentity *who, Oid owner,
 							 TimestampTz at);
@@ -141,7 +148,7 @@ extern void le_history_end(const char *name, int64 term, TimestampTz at,
 						   LeEndReason reason);
 
 /* lease_cache.c */
-#define LE_CACHE_TRIGGER_FUNCTION	"leases_cache_invalidate"
+extern Datum le_leases_cache_invalidate(PG_FUNCTION_ARGS);
 extern Size le_cache_shmem_size(void);
 extern void le_cache_shmem_init(void);
 extern void le_cache_register_callbacks(void);
@@ -153,6 +160,7 @@ extern void le_cache_note_write(Oid relid, const char *name,
 extern void le_cache_own_write_begin(void);
 extern void le_cache_own_write_end(void);
 extern void le_cache_forget_all(void);
+extern void le_cache_note_foreign_change(void);
 
 /* lease.c */
 extern bool le_lease_valid(const LeaseRow *row, TimestampTz now);
@@ -160,6 +168,13 @@ extern bool le_try_acquire(const char *name, int64 ttl_usecs,
 						   const LeIdentity *who, TimestampTz *retry_at);
 extern bool le_try_acquire_in_statement(const char *name, int64 ttl_usecs,
 										const LeIdentity *who);
+
+/* commit_rules.c */
+extern void le_commit_note_write(const char *name, TimestampTz expires_at);
+extern void le_commit_register_callbacks(void);
+
+/* catalog_watch.c */
+extern void le_catalog_watch_install(void);
 
 /* wakeup.c */
 extern Size le_wakeup_shmem_size(void);
@@ -169,6 +184,7 @@ extern void le_xact_touched(const char *name);
 extern bool le_xact_touched_any(void);
 extern void le_wake_on_session_exit(const char *name);
 extern void le_wait_begin(const char *name);
+extern void le_wait_attempt(void);
 extern void le_wait_sleep(TimestampTz until);
 extern void le_wait_end(void);
 extern int32 le_waiting_candidates(const char *name);

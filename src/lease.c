@@ -7,41 +7,46 @@
  *
  * I1  At most one holder per (name, term).  Every write of a lease row is
  *     made by a transaction holding the name's writer lock: a transaction-
- *     level advisory lock in our own key space (LE_LOCKTAG_WRITER), taken
- *     without waiting and kept until commit or abort once something was
- *     written.  After taking it the row is read again with a fresh snapshot,
- *     so the decision is made on the latest committed state.
+ *     level advisory lock in our own key space (LE_LOCKTAG_WRITER), kept
+ *     until commit or abort once something was written.  After taking it the
+ *     row is read again with a fresh snapshot, so the decision is made on the
+ *     latest committed state; a takeover decides once more on the version
+ *     its row lock covers.
  *
- * I2  Terms strictly increase per name and are never reused.  A new term is
- *     the old term + 1, and never less than (timeline - 1) * 2^32 + 1, so a
- *     standby promoted onto a new timeline hands out terms above every term
- *     its old primary could have issued, even commits it never received.
- *     Renewals keep the term; release keeps the row and the term.
+ * I2  Terms strictly increase per name and are never reused in a database.
+ *     Every new term is the next value of one counter per database
+ *     (leader_election.terms), so deleting or truncating rows of leases or
+ *     history cannot bring an old term back; on another server or timeline
+ *     than the counter was last used on (a promoted standby, a restored or
+ *     upgraded cluster) the counter first jumps to a new 2^32 era above
+ *     every term the old server could have issued (lease_store.c).  Renewals
+ *     keep the term; release keeps the row and the term.  Only DROP
+ *     EXTENSION starts terms again.
  *
  * I3  A lease is valid iff it has a holder, the server's clock at the moment
  *     of the call is before expires_at, and, if session-bound, the holder's
- *     backend is alive (identity.c).  Only an invalid lease changes holder.
+ *     session incarnation is alive (identity.c: once void, always void).
+ *     Only an invalid lease changes holder.
  *
  * I4  Commit is the linearisation point.  Everything is written in the
  *     caller's transaction; rollback (or rollback to a savepoint) voids it.
  *     PREPARE TRANSACTION of a transaction that wrote or fenced a lease is
- *     refused (wakeup.c), so no lease decision can outlive its session.
+ *     refused (wakeup.c), so no lease decision can outlive its session.  A
+ *     transaction that wrote a lease commits durably whatever the session's
+ *     synchronous_commit, and cannot commit a grant that has already expired
+ *     (commit_rules.c).
  *
- * I5  Answers are never stale.  Under READ COMMITTED, with the library
- *     preloaded and its cache triggers in place, an answer that writes
- *     nothing (am_leader, leader_term, the first look of try_acquire_leader
- *     and release_leader) is the latest committed state at an instant inside
- *     the call, from the lease cache (lease_cache.c, C1) or else the table
- *     with a fresh snapshot; current_leader always reads the table, then
- *     with a fresh snapshot too.  Without the cache, under READ COMMITTED
- *     answers use the calling statement's snapshot, as any query does, so
- *     they are still correct at a moment within the call.  Under REPEATABLE
- *     READ and SERIALIZABLE, and once the transaction has changed a lease,
- *     answers read the table with a fresh snapshot, never the transaction's.
- *     Every decision to write is made on the state committed at that
- *     instant, under the writer lock (lease_store.c).  Writes that would act
- *     on a row changed after a REPEATABLE READ or SERIALIZABLE snapshot fail
- *     with 40001 rather than return a stale true.
+ * I5  Answers are never stale.  An answer that writes nothing (am_leader,
+ *     leader_term, current_leader, the first look of try_acquire_leader and
+ *     release_leader) is the latest committed state at an instant inside the
+ *     call, whatever the isolation level and however long the calling
+ *     statement has run: from the lease cache (lease_cache.c, C1) when it is
+ *     usable (preloaded, READ COMMITTED, nothing written in this transaction
+ *     yet), else from the table with a fresh snapshot.  Every decision to
+ *     write is made on the state committed at that instant, under the
+ *     writer lock (lease_store.c).  Writes that would act on a row changed
+ *     after a REPEATABLE READ or SERIALIZABLE snapshot fail with 40001
+ *     rather than return a stale true.
  *
  * I6  Fencing: assert_leader locks the row FOR KEY SHARE after checking the
  *     caller holds a valid lease.  A takeover must lock the row FOR UPDATE,
@@ -50,9 +55,12 @@
  *     conflict with a fence: the holder's own fenced work never blocks its
  *     renewals.
  *
- * I7  Nothing waits behind another session's open transaction, except
- *     release_leader, which waits for the writer lock.  An answer of "no"
- *     (a valid lease held by someone else) takes no lock and writes nothing.
+ * I7  A losing try never waits: an answer of "no" (a valid lease held by
+ *     someone else) takes no lock and writes nothing.  Waits happen only
+ *     where the caller has a claim: release_leader and the valid holder's
+ *     renewal wait for the name's writer lock (held by a sibling renewing
+ *     under the same holder, or by a candidate for an instant), and a role's
+ *     first uses of new names take turns while max_names_per_role is set.
  *
  * I8  A name belongs to the role that first used it; other roles (unless
  *     members of it, or superusers) get 42501 on every function.
@@ -128,21 +136,20 @@ le_unlock_writer(const char *name)
 	LockRelease(&tag, ExclusiveLock, false);
 }
 
-/* I2: the term after old_term on the current timeline. */
-static int64
-le_next_term(int64 old_term)
+/*
+ * A role's first uses of new names take turns, so that
+ * leader_election.max_names_per_role counts names that are committed: held
+ * (with waiting) until the end of the transaction, after the name's writer
+ * lock, so there is one lock order.
+ */
+static void
+le_lock_role_names(Oid role)
 {
-	int64		base = ((int64) le_current_timeline() - 1) << 32;
-	int64		next = old_term + 1;
+	LOCKTAG		tag;
 
-	if (next <= base)
-		return base + 1;
-	if ((old_term >> 32) == (base >> 32) && (next >> 32) != (base >> 32))
-		ereport(ERROR,
-				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-				 errmsg("lease has used every term of this timeline"),
-				 errdetail("Each timeline allows 2^32 changes of leader per name.")));
-	return next;
+	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, (uint32) role, 0,
+						 LE_LOCKTAG_ROLE_NAMES);
+	(void) LockAcquire(&tag, ExclusiveLock, false, false);
 }
 
 /* I3 */
@@ -239,9 +246,10 @@ static const char *const le_end_reason_names[] = {
 
 /* Bookkeeping after this transaction took or renewed a lease. */
 static void
-le_after_grant(const char *name, const LeIdentity *who)
+le_after_grant(const char *name, const LeIdentity *who, TimestampTz expires)
 {
 	le_xact_touched(name);
+	le_commit_note_write(name, expires);
 	if (who->session_bound)
 	{
 		le_hold_session_liveness_lock();
@@ -258,7 +266,7 @@ le_after_grant(const char *name, const LeIdentity *who)
  */
 static bool
 le_try_acquire_from(const char *name, int64 ttl_usecs, const LeIdentity *who,
-					TimestampTz *retry_at, bool first_look_latest)
+					TimestampTz *retry_at)
 {
 	LeaseRow	row;
 	LeaseRow	locked;
@@ -266,23 +274,27 @@ le_try_acquire_from(const char *name, int64 ttl_usecs, const LeIdentity *who,
 	TimestampTz ended_at;
 	LeEndReason reason;
 	int64		term;
+	bool		renewing;
 
 	*retry_at = 0;
 
 	/* The cheap look, without any lock: "no" ends here (I7). */
-	if (first_look_latest)
-		le_store_read(name, &row);
-	else
-		le_store_read_for_answer(name, &row);
+	le_store_read_for_answer(name, &row);
 	le_check_owner(name, &row);
+	renewing = le_is_mine(&row, who) && le_lease_valid(&row, now);
 	if (!le_is_mine(&row, who) && le_lease_valid(&row, now))
 	{
 		*retry_at = row.expires_at;
 		return false;
 	}
 
-	/* Something to write: take the writer lock (I1). */
-	if (!le_lock_writer(name, false))
+	/*
+	 * Something to write: take the writer lock (I1).  The valid holder waits
+	 * for it (I7): whoever else has it is a candidate looking for an instant
+	 * or a sibling renewing under the same holder, and answering "no" to a
+	 * valid holder would make it step down for nothing.
+	 */
+	if (!le_lock_writer(name, renewing))
 		return false;
 	now = GetCurrentTimestamp();
 
@@ -293,7 +305,7 @@ le_try_acquire_from(const char *name, int64 ttl_usecs, const LeIdentity *who,
 	 */
 	if (le_is_mine(&row, who) && le_store_renew(name, &row, now, now + ttl_usecs))
 	{
-		le_after_grant(name, who);
+		le_after_grant(name, who, now + ttl_usecs);
 		return true;
 	}
 
@@ -302,27 +314,34 @@ le_try_acquire_from(const char *name, int64 ttl_usecs, const LeIdentity *who,
 
 	if (!row.found)
 	{
-		if (le_max_names_per_role > 0 &&
-			le_store_count_names(GetUserId()) >= le_max_names_per_role)
-			ereport(ERROR,
-					(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
-					 errmsg("role \"%s\" already uses %d lease names",
-							GetUserNameFromId(GetUserId(), false),
-							le_max_names_per_role),
-					 errhint("Reuse a name, or raise leader_election.max_names_per_role.")));
-		term = le_next_term(0);
+		if (le_max_names_per_role > 0)
+		{
+			le_lock_role_names(GetUserId());
+			if (le_store_count_names(GetUserId()) >= le_max_names_per_role)
+				ereport(ERROR,
+						(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+						 errmsg("role \"%s\" already uses %d lease names",
+								GetUserNameFromId(GetUserId(), false),
+								le_max_names_per_role),
+						 errhint("Reuse a name, or raise leader_election.max_names_per_role.")));
+		}
+		term = le_store_next_term();
 		le_store_insert(name, who, term, now, now + ttl_usecs);
 		le_history_begin(name, term, who, GetUserId(), now);
 		le_notify(name, "elected", who->holder, term, "none");
-		le_after_grant(name, who);
+		le_after_grant(name, who, now + ttl_usecs);
 		return true;
 	}
 
 	if (le_is_mine(&row, who))
 	{
 		if (!le_store_renew(name, &row, now, now + ttl_usecs))
-			elog(ERROR, "lease \"%s\" changed under its writer lock", name);
-		le_after_grant(name, who);
+			ereport(ERROR,
+					(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+					 errmsg("lease \"%s\" changed under its writer lock", name),
+					 errdetail("The row was changed other than through leader_election's functions."),
+					 errhint("Retry the transaction.")));
+		le_after_grant(name, who, now + ttl_usecs);
 		return true;
 	}
 
@@ -339,10 +358,22 @@ le_try_acquire_from(const char *name, int64 ttl_usecs, const LeIdentity *who,
 		le_unlock_writer(name);
 		return false;
 	}
-	le_store_read(name, &locked);
-	Assert(locked.term == row.term);
 
-	term = le_next_term(locked.term);
+	/*
+	 * Decide again on the version the row lock covers: a change made
+	 * without the writer lock (a superuser's UPDATE) may have landed between
+	 * the read above and the lock.
+	 */
+	le_store_read(name, &locked);
+	now = GetCurrentTimestamp();
+	if (!locked.found || locked.term != row.term ||
+		le_is_mine(&locked, who) || le_lease_valid(&locked, now))
+	{
+		le_unlock_writer(name);
+		return false;
+	}
+
+	term = le_store_next_term();
 	if (locked.holder != NULL)
 	{
 		reason = le_end_reason(&locked, now, &ended_at);
@@ -354,26 +385,26 @@ le_try_acquire_from(const char *name, int64 ttl_usecs, const LeIdentity *who,
 					   now + ttl_usecs);
 	le_history_begin(name, term, who, locked.owner, now);
 	le_notify(name, "elected", who->holder, term, le_end_reason_names[reason]);
-	le_after_grant(name, who);
+	le_after_grant(name, who, now + ttl_usecs);
 	return true;
 }
 
-/* The step wait_for_leadership and the task runner repeat: always fresh. */
+/* The step wait_for_leadership, the task runner and try_acquire_leader take. */
 bool
 le_try_acquire(const char *name, int64 ttl_usecs, const LeIdentity *who,
 			   TimestampTz *retry_at)
 {
-	return le_try_acquire_from(name, ttl_usecs, who, retry_at, true);
+	return le_try_acquire_from(name, ttl_usecs, who, retry_at);
 }
 
-/* One try_acquire_leader() call: its first look may use the statement's snapshot. */
+/* One try_acquire_leader() call. */
 bool
 le_try_acquire_in_statement(const char *name, int64 ttl_usecs,
 							const LeIdentity *who)
 {
 	TimestampTz retry_at;
 
-	return le_try_acquire_from(name, ttl_usecs, who, &retry_at, false);
+	return le_try_acquire_from(name, ttl_usecs, who, &retry_at);
 }
 
 /* ---- SQL-callable functions ---- */
@@ -459,6 +490,7 @@ release_leader(PG_FUNCTION_ARGS)
 	le_store_release(name, &row, now);
 	le_notify(name, "released", who.holder, row.term, "released");
 	le_xact_touched(name);
+	le_commit_note_write(name, 0);
 	PG_RETURN_BOOL(true);
 }
 
@@ -553,6 +585,7 @@ wait_for_leadership(PG_FUNCTION_ARGS)
 			TimestampTz now;
 
 			CHECK_FOR_INTERRUPTS();
+			le_wait_attempt();
 			old_cxt = MemoryContextSwitchTo(attempt_cxt);
 			acquired = le_try_acquire(name, ttl, &who, &retry_at);
 			MemoryContextSwitchTo(old_cxt);

@@ -45,8 +45,14 @@
  *	  makes every reader read the table, and at COMMIT or ABORT it advances
  *	  the global epoch, which empties every slot at once, before lowering the
  *	  count.  Such a transaction cannot be prepared.  A backend that finds
- *	  the triggers missing or not ENABLE ALWAYS does not use the cache, and a
- *	  change of the table's definition empties the cache (lease_store.c).
+ *	  the triggers missing, not ENABLE ALWAYS or not calling this library
+ *	  does not use the cache.  DDL that could let a change bypass the
+ *	  triggers (disabling them, replacing their function, altering the
+ *	  table) counts as a foreign change itself (catalog_watch.c), so the
+ *	  cache is emptied when it commits and no later backend, whenever it
+ *	  connects, finds an entry from before it.  So do CREATE and DROP
+ *	  DATABASE, at once: a re-created database can reuse the OIDs the
+ *	  entries are keyed by.
  *
  *	  A published row carries the epoch of its writer's PRE_COMMIT: a
  *	  foreign change that replaced it after it became visible (it no longer
@@ -521,6 +527,18 @@ le_cache_end_pending(bool committed)
 		pg_atomic_fetch_add_u64(&le_cache_shared->epoch, 1);
 		pg_atomic_fetch_sub_u32(&le_cache_shared->foreign_pending, 1);
 	}
+}
+
+/*
+ * This transaction changed the table, or what keeps the cache told of
+ * changes, by another route (catalog_watch.c): empty the cache when it ends,
+ * and do not use it meanwhile.
+ */
+void
+le_cache_note_foreign_change(void)
+{
+	if (le_cache_shared != NULL)
+		le_foreign_change = true;
 }
 
 /*

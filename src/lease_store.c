@@ -37,8 +37,11 @@
 #include "catalog/pg_collation.h"
 #include "catalog/pg_trigger.h"
 #include "catalog/pg_type.h"
+#include "commands/dbcommands.h"
+#include "commands/sequence.h"
 #include "executor/spi.h"
 #include "executor/tuptable.h"
+#include "funcapi.h"
 #include "fmgr.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
@@ -87,17 +90,20 @@ static const char *const le_lease_columns[LEASE_NCOLS] = {
 	"application_name, client_addr"
 
 /*
- * The relation OIDs, kept per backend.  A relcache invalidation of either
- * relation (or of everything) clears them; the next call looks them up
- * again, so DROP and CREATE EXTENSION in another session are seen.
+ * The relation OIDs, kept per backend.  A relcache invalidation of any of
+ * them (or of everything) clears them; the next call looks them up again,
+ * so DROP and CREATE EXTENSION in another session are seen.
  */
 typedef struct LeStoreRels
 {
 	bool		valid;
 	Oid			leases;
 	Oid			leases_pkey;
+	Oid			leases_owner_idx;
+	Oid			terms_seq;		/* leader_election.terms (I2) */
 	Oid			table_owner;
 	bool		cache_triggers_ok;	/* the lease cache's triggers are in place */
+	bool		fast_path_ok;	/* the table has its installed shape */
 } LeStoreRels;
 
 static LeStoreRels le_rels;
@@ -112,7 +118,8 @@ static void
 le_store_invalidate(Datum arg, Oid relid)
 {
 	if (relid == InvalidOid || relid == le_rels.leases ||
-		relid == le_rels.leases_pkey)
+		relid == le_rels.leases_pkey || relid == le_rels.leases_owner_idx ||
+		relid == le_rels.terms_seq)
 	{
 		le_rels.valid = false;
 		le_cache_forget_all();
@@ -138,47 +145,79 @@ le_store_check_columns(Relation rel)
 /*
  * Is trigger t the lease cache's trigger of that level and those events,
  * firing on every change, even under session_replication_role = replica?
+ * Its function must be this library's leases_cache_invalidate itself, not
+ * merely something of that name (a replaced body would see nothing).
  */
 static bool
 le_store_is_cache_trigger(const Trigger *t, bool row_level, int16 events)
 {
-	Oid			fn_ns;
+	FmgrInfo	fn;
 
 	if (t->tgenabled != TRIGGER_FIRES_ALWAYS || !TRIGGER_FOR_AFTER(t->tgtype) ||
 		TRIGGER_FOR_ROW(t->tgtype) != row_level ||
 		(t->tgtype & events) != events ||
 		t->tgnattr != 0 || t->tgnargs != 0 || t->tgqual != NULL)
 		return false;
-	fn_ns = get_func_namespace(t->tgfoid);
-	return OidIsValid(fn_ns) &&
-		strcmp(get_func_name(t->tgfoid), LE_CACHE_TRIGGER_FUNCTION) == 0 &&
-		fn_ns == get_namespace_oid("leader_election", true);
+	fmgr_info(t->tgfoid, &fn);
+	return fn.fn_addr == le_leases_cache_invalidate;
 }
 
 /*
  * Does the table have the lease cache's invalidation triggers (lease_cache.c,
  * and the install script)?  Enabling, disabling or dropping a trigger
- * invalidates the relcache entry, so every backend asks again.
+ * invalidates the relcache entry, so every backend asks again; a change of
+ * the trigger function invalidates it too (catalog_watch.c).  *only_ours
+ * says whether there is no other trigger.
  */
 static bool
-le_store_has_cache_triggers(Relation rel)
+le_store_has_cache_triggers(Relation rel, bool *only_ours)
 {
 	TriggerDesc *td = rel->trigdesc;
 	bool		rows = false;
 	bool		truncate = false;
 
+	*only_ours = true;
 	if (td == NULL)
 		return false;
 	for (int i = 0; i < td->numtriggers; i++)
 	{
 		Trigger    *t = &td->triggers[i];
+		bool		r = le_store_is_cache_trigger(t, true, TRIGGER_TYPE_INSERT |
+												  TRIGGER_TYPE_UPDATE |
+												  TRIGGER_TYPE_DELETE);
+		bool		tr = le_store_is_cache_trigger(t, false, TRIGGER_TYPE_TRUNCATE);
 
-		rows |= le_store_is_cache_trigger(t, true, TRIGGER_TYPE_INSERT |
-										  TRIGGER_TYPE_UPDATE |
-										  TRIGGER_TYPE_DELETE);
-		truncate |= le_store_is_cache_trigger(t, false, TRIGGER_TYPE_TRUNCATE);
+		rows |= r;
+		truncate |= tr;
+		if (!r && !tr)
+			*only_ours = false;
 	}
 	return rows && truncate;
+}
+
+/*
+ * May renewals skip the executor (le_store_renew_in_place)?  Only while the
+ * table is as installed: exactly its two indexes, which that path maintains
+ * itself, and nothing else the executor would apply to an UPDATE: no other
+ * trigger, no rule, no CHECK constraint, no row-level security.  An index,
+ * trigger or constraint an administrator adds sends renewals through the
+ * executor (SPI), which keeps all of them.
+ */
+static bool
+le_store_has_installed_shape(Relation rel, bool only_our_triggers)
+{
+	List	   *indexes = RelationGetIndexList(rel);
+	bool		ok;
+
+	ok = list_length(indexes) == 2 &&
+		list_member_oid(indexes, le_rels.leases_pkey) &&
+		list_member_oid(indexes, le_rels.leases_owner_idx) &&
+		only_our_triggers &&
+		rel->rd_rules == NULL &&
+		!rel->rd_rel->relrowsecurity &&
+		(rel->rd_att->constr == NULL || rel->rd_att->constr->num_check == 0);
+	list_free(indexes);
+	return ok;
 }
 
 static void
@@ -186,6 +225,7 @@ le_store_load_rels(void)
 {
 	Oid			nsp;
 	Relation	rel;
+	bool		only_ours;
 
 	if (le_rels.valid)
 		return;
@@ -203,13 +243,30 @@ le_store_load_rels(void)
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("extension \"leader_election\" is not installed in this database"),
 				 errhint("Run CREATE EXTENSION leader_election;")));
+	le_rels.leases_owner_idx = get_relname_relid("leases_owner_idx", nsp);
+	le_rels.terms_seq = get_relname_relid("terms", nsp);
+	if (!OidIsValid(le_rels.leases_owner_idx) || !OidIsValid(le_rels.terms_seq))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("extension \"leader_election\" in this database is older than its library"),
+				 errhint("Run ALTER EXTENSION leader_election UPDATE;")));
 
 	rel = table_open(le_rels.leases, AccessShareLock);
 	le_store_check_columns(rel);
 	le_rels.table_owner = rel->rd_rel->relowner;
-	le_rels.cache_triggers_ok = le_store_has_cache_triggers(rel);
+	le_rels.cache_triggers_ok = le_store_has_cache_triggers(rel, &only_ours);
+	le_rels.fast_path_ok = le_store_has_installed_shape(rel, only_ours);
 	table_close(rel, NoLock);
 	le_rels.valid = true;
+}
+
+/* The OID of leader_election.leases in this database, or InvalidOid. */
+Oid
+le_store_leases_relid(void)
+{
+	Oid			nsp = get_namespace_oid("leader_election", true);
+
+	return OidIsValid(nsp) ? get_relname_relid("leases", nsp) : InvalidOid;
 }
 
 /* Fill *row from one lease tuple's columns; strings go to CurrentMemoryContext. */
@@ -247,12 +304,12 @@ typedef struct LeLookup
 } LeLookup;
 
 /*
- * Find the name's row; true if there is one.  With latest, the version
- * committed at this instant; otherwise, under READ COMMITTED, the version the
- * calling statement's snapshot sees (see le_store_read_for_answer).
+ * Find the name's row as committed at this instant (a fresh snapshot,
+ * whatever the isolation level and however old the calling statement is);
+ * true if there is one.
  */
 static bool
-le_lookup_begin(LeLookup *lk, const char *name, LOCKMODE lockmode, bool latest)
+le_lookup_begin(LeLookup *lk, const char *name, LOCKMODE lockmode)
 {
 	le_store_load_rels();
 	lk->rel = table_open(le_rels.leases, lockmode);
@@ -260,11 +317,7 @@ le_lookup_begin(LeLookup *lk, const char *name, LOCKMODE lockmode, bool latest)
 	ScanKeyEntryInitialize(&lk->key, 0, 1, BTEqualStrategyNumber, InvalidOid,
 						   C_COLLATION_OID, F_TEXTEQ,
 						   PointerGetDatum(cstring_to_text(name)));
-	if (latest || IsolationUsesXactSnapshot() || !ActiveSnapshotSet() ||
-		le_xact_touched_any())
-		lk->snap = RegisterSnapshot(GetLatestSnapshot());
-	else
-		lk->snap = RegisterSnapshot(GetActiveSnapshot());
+	lk->snap = RegisterSnapshot(GetLatestSnapshot());
 	lk->slot = table_slot_create(lk->rel, NULL);
 	lk->scan = index_beginscan(lk->rel, lk->idx, lk->snap, 1, 0);
 	index_rescan(lk->scan, &lk->key, 1, NULL, 0);
@@ -285,12 +338,13 @@ le_lookup_end(LeLookup *lk)
 	table_close(lk->rel, NoLock);
 }
 
-static void
-le_store_read_snapshot(const char *name, LeaseRow *row, bool latest)
+/* The row as committed at this instant, whatever the isolation level. */
+void
+le_store_read(const char *name, LeaseRow *row)
 {
 	LeLookup	lk;
 
-	if (le_lookup_begin(&lk, name, AccessShareLock, latest))
+	if (le_lookup_begin(&lk, name, AccessShareLock))
 		le_row_from_datums(lk.slot->tts_values, lk.slot->tts_isnull, row);
 	else
 	{
@@ -300,18 +354,11 @@ le_store_read_snapshot(const char *name, LeaseRow *row, bool latest)
 	le_lookup_end(&lk);
 }
 
-/* The row as committed at this instant, whatever the isolation level. */
-void
-le_store_read(const char *name, LeaseRow *row)
-{
-	le_store_read_snapshot(name, row, true);
-}
-
 /*
  * May answers read the lease cache (lease_cache.c) now?  Not once this
  * transaction has written or fenced a lease: the cache holds committed rows
  * only.  Not under REPEATABLE READ or SERIALIZABLE, where answers keep
- * reading the table (a fresh snapshot, and SERIALIZABLE's predicate locks).
+ * reading the table (SERIALIZABLE's predicate locks need the read).
  */
 static bool
 le_store_cache_usable(void)
@@ -335,19 +382,9 @@ le_store_cache_usable(void)
  * fields (found, owner, holder, term, expires_at, session_pid,
  * session_start) are filled in.
  *
- * When the cache may be used (le_store_cache_usable) this is the latest
- * committed row, from the lease cache when it can answer, else from the
- * table with a fresh snapshot (which then fills the cache): correct at an
- * instant inside the call.
- *
- * Otherwise, under READ COMMITTED it is the calling statement's own
- * snapshot, taken when the statement started, like any query's: the answer
- * is then correct at a moment inside the call's span (from the statement's
- * start to its return), and taking a second snapshot would cost more than
- * the rest of the call.  Under REPEATABLE READ and SERIALIZABLE the statement
- * snapshot is the transaction's, possibly old, so a fresh one is taken; so
- * it is once this transaction has changed a lease, because the statement's
- * snapshot would not show a change made earlier in the same statement.
+ * It is the latest committed row at an instant inside the call (I5): from
+ * the lease cache when it may be used and can answer, else from the table
+ * with a fresh snapshot (which then fills the cache).
  */
 void
 le_store_read_for_answer(const char *name, LeaseRow *row)
@@ -356,22 +393,18 @@ le_store_read_for_answer(const char *name, LeaseRow *row)
 	{
 		if (le_cache_lookup(le_rels.leases, name, row))
 			return;
-		le_store_read_snapshot(name, row, true);
+		le_store_read(name, row);
 		le_cache_fill(le_rels.leases, name, row);
 		return;
 	}
-	le_store_read_snapshot(name, row, false);
+	le_store_read(name, row);
 }
 
-/*
- * The whole row, for current_leader: as le_store_read_for_answer, but always
- * from the table (with a fresh snapshot when the cache is in use, so that
- * its answers never go back in time behind the cache's).
- */
+/* The whole row, for current_leader: always from the table, fresh. */
 void
 le_store_read_row_for_answer(const char *name, LeaseRow *row)
 {
-	le_store_read_snapshot(name, row, le_store_cache_usable());
+	le_store_read(name, row);
 }
 
 static void le_store_note_renewal(const char *name, const LeaseRow *before,
@@ -384,8 +417,9 @@ static void le_holder_details(Datum *pid, Datum *role, Datum *appname,
  * caller holds the writer lock, so no other transaction can be changing the
  * row; the lookup sees its latest version.  Only columns that no index
  * covers change, so heap_update makes it a HOT update, unless the page is
- * full: then the index gets an entry for the new version, as the executor
- * would add it.
+ * full: then both indexes get an entry for the new version, as the executor
+ * would add them.  Used only while the table has its installed shape
+ * (le_store_has_installed_shape): these two indexes and nothing else.
  */
 static bool
 le_store_renew_in_place(const char *name, const LeaseRow *row,
@@ -395,7 +429,7 @@ le_store_renew_in_place(const char *name, const LeaseRow *row,
 	bool		renewed = false;
 	LeaseRow	updated = *row;
 
-	if (le_lookup_begin(&lk, name, RowExclusiveLock, true) &&
+	if (le_lookup_begin(&lk, name, RowExclusiveLock) &&
 		!lk.slot->tts_isnull[COL_HOLDER] &&
 		DatumGetInt64(lk.slot->tts_values[COL_TERM]) == row->term &&
 		strcmp(TextDatumGetCString(lk.slot->tts_values[COL_HOLDER]), row->holder) == 0)
@@ -433,10 +467,17 @@ le_store_renew_in_place(const char *name, const LeaseRow *row,
 			if (!HeapTupleIsHeapOnly(newtup))
 			{
 				Datum		key = lk.slot->tts_values[COL_NAME];
+				Datum		owner = lk.slot->tts_values[COL_OWNER];
 				bool		key_null = false;
+				Relation	owner_idx = index_open(le_rels.leases_owner_idx,
+												   RowExclusiveLock);
 
 				index_insert(lk.idx, &key, &key_null, &newtup->t_self, lk.rel,
 							 UNIQUE_CHECK_YES, true, BuildIndexInfo(lk.idx));
+				index_insert(owner_idx, &owner, &key_null, &newtup->t_self,
+							 lk.rel, UNIQUE_CHECK_NO, true,
+							 BuildIndexInfo(owner_idx));
+				index_close(owner_idx, NoLock);
 			}
 			renewed = true;
 			/* What the cache learns is the row as updated, not as first seen. */
@@ -474,7 +515,6 @@ typedef enum LeStmt
 	STMT_LOCK_FOR_TAKEOVER,
 	STMT_LOCK_FOR_FENCE,
 	STMT_VISIBLE_TO_SNAPSHOT,
-	STMT_COUNT_NAMES,
 	STMT_HISTORY_BEGIN,
 	STMT_HISTORY_TRIM,
 	STMT_HISTORY_END,
@@ -533,11 +573,6 @@ static const LeStmtDef le_stmts[STMT_COUNT] = {
 		"SELECT 1 FROM leader_election.leases "
 		"WHERE name OPERATOR(pg_catalog.=) $1",
 		1, {TEXTOID}
-	},
-	[STMT_COUNT_NAMES] = {
-		"SELECT pg_catalog.count(*) FROM leader_election.leases "
-		"WHERE owner OPERATOR(pg_catalog.=) $1",
-		1, {OIDOID}
 	},
 	[STMT_HISTORY_BEGIN] = {
 		"INSERT INTO leader_election.history "
@@ -680,7 +715,7 @@ le_session_columns(const LeIdentity *who, Datum *pid, char *pid_null,
 	if (who->session_bound)
 	{
 		*pid = Int32GetDatum(MyProcPid);
-		*start = TimestampTzGetDatum(MyStartTimestamp);
+		*start = TimestampTzGetDatum(le_session_start_value());
 		*pid_null = *start_null = ' ';
 	}
 	else
@@ -708,7 +743,7 @@ le_store_note_grant(const char *name, const LeIdentity *who, Oid owner,
 	if (who->session_bound)
 	{
 		row.session_pid = MyProcPid;
-		row.session_start = MyStartTimestamp;
+		row.session_start = le_session_start_value();
 	}
 	le_cache_note_write(le_rels.leases, name, &row);
 }
@@ -751,7 +786,8 @@ le_store_insert(const char *name, const LeIdentity *who, int64 term,
  * renewed, false if the row changed since `row` was read.  Under REPEATABLE
  * READ or SERIALIZABLE the update goes through the executor, which checks
  * the row against the transaction's snapshot; a row the snapshot cannot see
- * is a serialization failure there.
+ * is a serialization failure there.  Under READ COMMITTED the in-place path
+ * is used while the table has its installed shape, else the executor.
  */
 bool
 le_store_renew(const char *name, const LeaseRow *row, TimestampTz now,
@@ -762,7 +798,8 @@ le_store_renew(const char *name, const LeaseRow *row, TimestampTz now,
 	char		n[10] = "         ";
 	LeaseRow	updated = *row;
 
-	if (!IsolationUsesXactSnapshot())
+	le_store_load_rels();
+	if (!IsolationUsesXactSnapshot() && le_rels.fast_path_ok)
 		return le_store_renew_in_place(name, row, now, expires);
 
 	v[0] = CStringGetTextDatum(name);
@@ -774,6 +811,12 @@ le_store_renew(const char *name, const LeaseRow *row, TimestampTz now,
 
 	le_spi_begin(&call);
 	le_spi_run(STMT_RENEW, v, n, false);
+	if (SPI_processed == 0 && !IsolationUsesXactSnapshot())
+	{
+		/* Under READ COMMITTED the guard saw a newer row: not renewed. */
+		le_spi_end(&call);
+		return false;
+	}
 	le_expect_one_row("renewal");
 	{
 		/* What the cache learns is the row as updated, not as first seen. */
@@ -891,21 +934,144 @@ le_store_lock_row(const char *name, bool for_takeover)
 	return LE_ROW_BUSY;
 }
 
+/*
+ * How many names the role owns, as committed at this instant (through
+ * leases_owner_idx).  lease.c calls it holding the role's name-count lock,
+ * so no other first use by the role can commit meanwhile.
+ */
 int64
 le_store_count_names(Oid owner)
 {
-	LeSpiCall	call;
-	Datum		v[1];
-	bool		isnull;
-	int64		count;
+	Relation	rel;
+	Relation	idx;
+	ScanKeyData key;
+	Snapshot	snap;
+	TupleTableSlot *slot;
+	IndexScanDesc scan;
+	int64		count = 0;
 
-	v[0] = ObjectIdGetDatum(owner);
-	le_spi_begin(&call);
-	le_spi_run(STMT_COUNT_NAMES, v, NULL, true);
-	count = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
-										SPI_tuptable->tupdesc, 1, &isnull));
-	le_spi_end(&call);
+	le_store_load_rels();
+	rel = table_open(le_rels.leases, AccessShareLock);
+	idx = index_open(le_rels.leases_owner_idx, AccessShareLock);
+	ScanKeyInit(&key, 1, BTEqualStrategyNumber, F_OIDEQ,
+				ObjectIdGetDatum(owner));
+	snap = RegisterSnapshot(GetLatestSnapshot());
+	slot = table_slot_create(rel, NULL);
+	scan = index_beginscan(rel, idx, snap, 1, 0);
+	index_rescan(scan, &key, 1, NULL, 0);
+	while (index_getnext_slot(scan, ForwardScanDirection, slot))
+		count++;
+	index_endscan(scan);
+	ExecDropSingleTupleTableSlot(slot);
+	UnregisterSnapshot(snap);
+	index_close(idx, NoLock);
+	table_close(rel, NoLock);
 	return count;
+}
+
+/*
+ * I2: terms.  Every new term is the next value of leader_election.terms, one
+ * counter per database, so a name's terms are never reused whatever rows
+ * were deleted.  The counter's value crosses servers with the data (WAL,
+ * dump, pg_upgrade), but a standby's copy may lag its primary's (commits
+ * that never arrived).  So when a grant finds itself on another server or
+ * timeline than the one in leader_election.term_era, the counter first
+ * jumps to the next multiple of 2^32: the old server stays within its era
+ * (it would need 2^32 grants to leave it), so the new one is above every
+ * term it could have issued.
+ */
+static bool le_era_known = false;
+static uint64 le_era_sysid;
+static TimeLineID le_era_tli;
+
+static void
+le_store_enter_era(uint64 sysid, TimeLineID tli)
+{
+	static const char *const read_sql =
+		"SELECT system_identifier, timeline FROM leader_election.term_era";
+	static const char *const lock_sql =
+		"SELECT system_identifier, timeline FROM leader_election.term_era FOR UPDATE";
+	LeSpiCall	call;
+	bool		same = false;
+
+	le_spi_begin(&call);
+	for (int pass = 0; pass < 2 && !same; pass++)
+	{
+		bool		isnull1;
+		bool		isnull2;
+		Datum		d1;
+		Datum		d2;
+
+		if (SPI_execute(pass == 0 ? read_sql : lock_sql, false, 0) != SPI_OK_SELECT)
+			elog(ERROR, "could not read leader_election.term_era");
+		if (SPI_processed != 1)
+			continue;
+		d1 = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull1);
+		d2 = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull2);
+		same = !isnull1 && !isnull2 && (uint64) DatumGetInt64(d1) == sysid &&
+			(TimeLineID) DatumGetInt32(d2) == tli;
+	}
+	if (!same)
+	{
+		Datum		args[2];
+		Oid			types[2] = {INT8OID, INT4OID};
+
+		/* A new era: the next multiple of 2^32 above the counter. */
+		if (SPI_execute("SELECT pg_catalog.setval('leader_election.terms', "
+						"((s.last_value OPERATOR(pg_catalog.>>) 32) OPERATOR(pg_catalog.+) 1) "
+						"OPERATOR(pg_catalog.<<) 32) FROM leader_election.terms AS s",
+						false, 0) != SPI_OK_SELECT)
+			elog(ERROR, "could not move leader_election.terms to a new era");
+		args[0] = Int64GetDatum((int64) sysid);
+		args[1] = Int32GetDatum((int32) tli);
+		if (SPI_execute_with_args("DELETE FROM leader_election.term_era", 0, NULL,
+								  NULL, NULL, false, 0) < 0 ||
+			SPI_execute_with_args("INSERT INTO leader_election.term_era "
+								  "(system_identifier, timeline) VALUES ($1, $2)",
+								  2, types, args, NULL, false, 0) != SPI_OK_INSERT)
+			elog(ERROR, "could not record the term era");
+		ereport(LOG,
+				(errmsg("leader_election: terms in database \"%s\" move to a new era on timeline %u",
+						get_database_name(MyDatabaseId), tli),
+				 errdetail("The term counter was last used on another server or timeline; new terms start above every term it could have issued.")));
+	}
+	le_spi_end(&call);
+	/* Known once it is committed; until then each grant looks again. */
+	le_era_known = same;
+	le_era_sysid = sysid;
+	le_era_tli = tli;
+}
+
+int64
+le_store_next_term(void)
+{
+	uint64		sysid = GetSystemIdentifier();
+	TimeLineID	tli = le_current_timeline();
+
+	le_store_load_rels();
+	if (!le_era_known || le_era_sysid != sysid || le_era_tli != tli)
+		le_store_enter_era(sysid, tli);
+	return nextval_internal(le_rels.terms_seq, false);
+}
+
+/*
+ * leader_election.server_identity(): this server's system identifier and
+ * the timeline it writes on (the values term_era records).
+ */
+PG_FUNCTION_INFO_V1(le_server_identity);
+Datum
+le_server_identity(PG_FUNCTION_ARGS)
+{
+	TupleDesc	desc;
+	Datum		values[2];
+	bool		nulls[2] = {false, false};
+
+	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "server_identity must return a composite type");
+	values[0] = Int64GetDatum((int64) GetSystemIdentifier());
+	values[1] = Int32GetDatum((int32) le_server_timeline());
+	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(desc),
+													  values, nulls)));
 }
 
 /* Record the start of a term, keeping at most history_max_terms per name. */

@@ -53,6 +53,7 @@ typedef struct LeWakeSlot
 {
 	ConditionVariable cv;
 	pg_atomic_uint32 waiters;
+	pg_atomic_uint64 broadcasts;	/* advanced before every broadcast */
 } LeWakeSlot;
 
 typedef struct LeWakeShared
@@ -79,6 +80,9 @@ static List *le_touch_levels = NIL;
 /* The slot the current wait_for_leadership() sleeps on, or -1. */
 static int	le_waiting_slot = -1;
 
+/* That slot's broadcast count when the current attempt began. */
+static uint64 le_waiting_seen = 0;
+
 static int
 le_slot_of(const char *name)
 {
@@ -104,7 +108,10 @@ le_broadcast_bits(uint64 *bits)
 
 			bits[w] &= ~(UINT64CONST(1) << b);
 			if (le_wake != NULL)
+			{
+				pg_atomic_fetch_add_u64(&le_wake->slots[w * 64 + b].broadcasts, 1);
 				ConditionVariableBroadcast(&le_wake->slots[w * 64 + b].cv);
+			}
 		}
 	}
 }
@@ -129,6 +136,7 @@ le_wakeup_shmem_init(void)
 		{
 			ConditionVariableInit(&le_wake->slots[i].cv);
 			pg_atomic_init_u32(&le_wake->slots[i].waiters, 0);
+			pg_atomic_init_u64(&le_wake->slots[i].broadcasts, 0);
 		}
 	}
 	LWLockRelease(AddinShmemInitLock);
@@ -273,6 +281,20 @@ le_wait_begin(const char *name)
 	ConditionVariablePrepareToSleep(&le_wake->slots[le_waiting_slot].cv);
 }
 
+/*
+ * An attempt begins: note the slot's broadcast count.  A broadcast during
+ * the attempt may find this backend off the condition variable's list, or
+ * its latch may be consumed by a wait inside the attempt (a lock or I/O
+ * wait resets the latch); the count still shows it, and le_wait_sleep
+ * then does not sleep.
+ */
+void
+le_wait_attempt(void)
+{
+	if (le_wake != NULL && le_waiting_slot >= 0)
+		le_waiting_seen = pg_atomic_read_u64(&le_wake->slots[le_waiting_slot].broadcasts);
+}
+
 /* Sleep until `until`, a broadcast on our slot, or an interrupt. */
 void
 le_wait_sleep(TimestampTz until)
@@ -285,6 +307,10 @@ le_wait_sleep(TimestampTz until)
 
 	if (le_wake != NULL && le_waiting_slot >= 0)
 	{
+		pg_memory_barrier();
+		if (pg_atomic_read_u64(&le_wake->slots[le_waiting_slot].broadcasts) !=
+			le_waiting_seen)
+			return;				/* woken during the attempt: try again */
 		(void) ConditionVariableTimedSleep(&le_wake->slots[le_waiting_slot].cv,
 										   Min(ms, LE_RECHECK_MS),
 										   PG_WAIT_EXTENSION);

@@ -1,0 +1,236 @@
+--
+-- admin_actions: what a DBA can do to the extension's tables, and what
+-- still holds afterwards (issue 11; lease.c I1, I2, I5; lease_cache.c C1;
+-- catalog_watch.c).
+--
+-- Every change below is made in another backend (a dblink connection), and
+-- every answer is asked twice: here, in a backend that has used the lease
+-- cache all along, and in a *fresh* backend that connects after the change.
+-- With the library preloaded (as test/all.sh runs this suite) answers come
+-- from the shared lease cache, so a change that bypassed it would show as a
+-- stale answer in one of the two.
+--
+\set ECHO none
+\i test/regress_helpers.sql
+\set ECHO all
+CREATE EXTENSION dblink;
+CREATE EXTENSION amcheck;
+TRUNCATE leader_election.leases, leader_election.history;
+ALTER SEQUENCE leader_election.terms RESTART;
+RESET leader_election.holder_id;
+
+CREATE FUNCTION pg_temp.connstr() RETURNS text LANGUAGE sql AS $$
+    SELECT format('dbname=%s port=%s host=%s', current_database(),
+                  current_setting('port'),
+                  split_part(current_setting('unix_socket_directories'), ',', 1))
+$$;
+SELECT dblink_connect('admin', pg_temp.connstr());
+-- admin(sql): run sql in the admin's session, in its own transaction.
+CREATE FUNCTION pg_temp.admin(sql text) RETURNS text LANGUAGE sql AS $$
+    SELECT dblink_exec('admin', sql)
+$$;
+-- answers(name): what this backend says for holders h1 and h2.
+CREATE FUNCTION pg_temp.answers(lease text) RETURNS text LANGUAGE sql AS $$
+    SELECT format('h1:%s/%s h2:%s/%s',
+                  am_leader(lease, 'h1'), coalesce(leader_term(lease, 'h1')::text, '-'),
+                  am_leader(lease, 'h2'), coalesce(leader_term(lease, 'h2')::text, '-'))
+$$;
+-- fresh_answers(name): the same, asked by a backend that connects now.
+CREATE FUNCTION pg_temp.fresh_answers(lease text) RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+    result text;
+BEGIN
+    PERFORM dblink_connect('fresh', pg_temp.connstr());
+    SELECT t.r INTO result FROM dblink('fresh', format(
+        $q$SELECT format('h1:%%s/%%s h2:%%s/%%s',
+                  am_leader(%1$L, 'h1'), coalesce(leader_term(%1$L, 'h1')::text, '-'),
+                  am_leader(%1$L, 'h2'), coalesce(leader_term(%1$L, 'h2')::text, '-'))$q$,
+        lease)) AS t(r text);
+    PERFORM dblink_disconnect('fresh');
+    RETURN result;
+END $$;
+-- indexes_ok(): amcheck on every index of leases, the heap checked against
+-- each; true, or an error naming the broken index.
+CREATE FUNCTION pg_temp.indexes_ok() RETURNS boolean LANGUAGE plpgsql AS $$
+DECLARE
+    idx regclass;
+BEGIN
+    FOR idx IN SELECT indexrelid FROM pg_index
+                WHERE indrelid = 'leader_election.leases'::regclass LOOP
+        PERFORM bt_index_parent_check(idx, true);
+    END LOOP;
+    RETURN true;
+END $$;
+
+--
+-- Indexes an administrator adds stay consistent (plain, partial,
+-- expression), through renewals, takeovers and releases: renewals then
+-- go through the executor, which maintains every index.
+--
+CREATE INDEX leases_expires_idx ON leader_election.leases (expires_at);
+CREATE INDEX leases_held_idx ON leader_election.leases (holder) WHERE holder IS NOT NULL;
+CREATE INDEX leases_expr_idx ON leader_election.leases ((expires_at - renewed_at));
+SELECT try_acquire_leader('idx', '1 hour', 'h1') AS acquired;
+SELECT bool_and(try_acquire_leader('idx', '1 hour', 'h1')) AS renewed_50_times
+  FROM generate_series(1, 50);
+SELECT release_leader('idx', 'h1') AS released,
+       try_acquire_leader('idx', '1 hour', 'h2') AS taken_again;
+SELECT pg_temp.indexes_ok() AS indexes_ok;
+SET enable_seqscan = off;
+SELECT count(*) AS found_by_expiry_index FROM leader_election.leases
+ WHERE expires_at > now() AND name = 'idx';
+SELECT count(*) AS found_by_partial_index FROM leader_election.leases
+ WHERE holder = 'h2';
+RESET enable_seqscan;
+DROP INDEX leader_election.leases_expires_idx, leader_election.leases_held_idx,
+           leader_election.leases_expr_idx;
+-- Back to the installed shape: renewals in place again, still consistent.
+SELECT bool_and(try_acquire_leader('idx', '1 hour', 'h2')) AS renewed_50_times
+  FROM generate_series(1, 50);
+SELECT pg_temp.indexes_ok() AS indexes_ok;
+
+-- A trigger an administrator adds fires on every renewal too (an audit log).
+CREATE TABLE pg_temp.audit (name text, expires_at timestamptz);
+CREATE FUNCTION pg_temp.audit_lease() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO pg_temp.audit VALUES (NEW.name, NEW.expires_at);
+    RETURN NEW;
+END $$;
+CREATE TRIGGER audit AFTER UPDATE ON leader_election.leases
+    FOR EACH ROW EXECUTE FUNCTION pg_temp.audit_lease();
+SELECT try_acquire_leader('idx', '1 hour', 'h2') AS renewed,
+       try_acquire_leader('idx', '2 hours', 'h2') AS renewed_again;
+SELECT count(*) AS audited_renewals FROM pg_temp.audit;
+DROP TRIGGER audit ON leader_election.leases;
+
+-- A CHECK constraint an administrator adds is enforced on renewals.
+ALTER TABLE leader_election.leases ADD CONSTRAINT at_most_a_day
+    CHECK (expires_at - renewed_at <= interval '1 day');
+SELECT pg_temp.try($$SELECT try_acquire_leader('idx', '2 days', 'h2')$$) AS two_days;
+SELECT pg_temp.answers('idx');
+ALTER TABLE leader_election.leases DROP CONSTRAINT at_most_a_day;
+
+--
+-- Terms are never reused, whatever rows were deleted.
+--
+SELECT try_acquire_leader('del', '1 hour', 'h1') AS h1,
+       release_leader('del', 'h1') AS released,
+       try_acquire_leader('del', '1 hour', 'h2') AS h2;
+SELECT leader_term('del', 'h2') AS last_term \gset
+SELECT pg_temp.admin($$DELETE FROM leader_election.leases WHERE name = 'del'$$);
+SELECT try_acquire_leader('del', '1 hour', 'h1') AS after_delete,
+       leader_term('del', 'h1') > :last_term AS term_above_every_earlier_one;
+SELECT leader_term('del', 'h1') AS last_term \gset
+SET leader_election.history_max_terms = 0;
+SELECT pg_temp.admin($$DELETE FROM leader_election.leases WHERE name = 'del'$$);
+SELECT pg_temp.admin($$DELETE FROM leader_election.history WHERE name = 'del'$$);
+SELECT try_acquire_leader('del', '1 hour', 'h2') AS after_deleting_row_and_history,
+       leader_term('del', 'h2') > :last_term AS term_above_every_earlier_one;
+RESET leader_election.history_max_terms;
+SELECT leader_term('del', 'h2') AS last_term \gset
+SELECT pg_temp.admin($$TRUNCATE leader_election.leases, leader_election.history$$);
+SELECT try_acquire_leader('del', '1 hour', 'h1') AS after_truncate,
+       leader_term('del', 'h1') > :last_term AS term_above_every_earlier_one;
+SELECT count(*) AS history_rows FROM leader_election.history WHERE name = 'del';
+
+--
+-- Changes that bypass the cache's triggers: every backend, and every
+-- backend that connects later, sees them.
+--
+SELECT try_acquire_leader('w', '1 hour', 'h1') AS h1_leads;
+SELECT pg_temp.answers('w');                 -- fills the cache: h1
+-- Triggers disabled for the change, enabled again afterwards.
+SELECT pg_temp.admin($$BEGIN$$);
+SELECT pg_temp.admin($$ALTER TABLE leader_election.leases DISABLE TRIGGER ALL$$);
+SELECT pg_temp.admin($$UPDATE leader_election.leases SET holder = 'h2', term = term + 1000 WHERE name = 'w'$$);
+SELECT pg_temp.admin($$ALTER TABLE leader_election.leases ENABLE ALWAYS TRIGGER leases_cache_invalidate_rows$$);
+SELECT pg_temp.admin($$ALTER TABLE leader_election.leases ENABLE ALWAYS TRIGGER leases_cache_invalidate_truncate$$);
+SELECT pg_temp.admin($$COMMIT$$);
+SELECT pg_temp.answers('w');                 -- h2
+SELECT pg_temp.fresh_answers('w');           -- h2
+SELECT pg_temp.try($$SELECT assert_leader('w', NULL, 'h2') > 0$$) AS h2_fences;
+-- The same in separate transactions, as pg_restore --disable-triggers does.
+SELECT pg_temp.answers('w');
+SELECT pg_temp.admin($$ALTER TABLE leader_election.leases DISABLE TRIGGER ALL$$);
+SELECT pg_temp.answers('w');                 -- triggers off: the table answers
+SELECT pg_temp.admin($$UPDATE leader_election.leases SET holder = 'h1', term = term + 1000 WHERE name = 'w'$$);
+SELECT pg_temp.admin($$ALTER TABLE leader_election.leases ENABLE ALWAYS TRIGGER leases_cache_invalidate_rows$$);
+SELECT pg_temp.admin($$ALTER TABLE leader_election.leases ENABLE ALWAYS TRIGGER leases_cache_invalidate_truncate$$);
+SELECT pg_temp.answers('w');                 -- h1
+SELECT pg_temp.fresh_answers('w');           -- h1
+-- Plain ENABLE (what pg_restore leaves): they do not fire under
+-- session_replication_role = replica, so the cache is not used.
+SELECT pg_temp.admin($$ALTER TABLE leader_election.leases ENABLE TRIGGER ALL$$);
+SELECT pg_temp.admin($$SET session_replication_role = replica$$);
+SELECT pg_temp.admin($$UPDATE leader_election.leases SET holder = 'h2', term = term + 1000 WHERE name = 'w'$$);
+SELECT pg_temp.admin($$RESET session_replication_role$$);
+SELECT pg_temp.answers('w');                 -- h2
+SELECT pg_temp.admin($$ALTER TABLE leader_election.leases ENABLE ALWAYS TRIGGER leases_cache_invalidate_rows$$);
+SELECT pg_temp.admin($$ALTER TABLE leader_election.leases ENABLE ALWAYS TRIGGER leases_cache_invalidate_truncate$$);
+SELECT pg_temp.fresh_answers('w');           -- h2
+-- The trigger function replaced by one that does nothing, a change made,
+-- the original put back.
+SELECT pg_temp.answers('w');
+SELECT pg_temp.admin($$ALTER EXTENSION leader_election DROP FUNCTION leader_election.leases_cache_invalidate()$$);
+SELECT pg_temp.admin($$CREATE OR REPLACE FUNCTION leader_election.leases_cache_invalidate() RETURNS trigger LANGUAGE plpgsql AS 'BEGIN RETURN NULL; END'$$);
+SELECT pg_temp.answers('w');                 -- the function is not ours: the table answers
+SELECT pg_temp.admin($$UPDATE leader_election.leases SET holder = 'h1', term = term + 1000 WHERE name = 'w'$$);
+SELECT pg_temp.admin($$CREATE OR REPLACE FUNCTION leader_election.leases_cache_invalidate() RETURNS trigger LANGUAGE C AS '$libdir/leader_election', 'le_leases_cache_invalidate'$$);
+SELECT pg_temp.admin($$ALTER EXTENSION leader_election ADD FUNCTION leader_election.leases_cache_invalidate()$$);
+SELECT pg_temp.answers('w');                 -- h1
+SELECT pg_temp.fresh_answers('w');           -- h1
+-- TRUNCATE: nobody holds anything.
+SELECT pg_temp.admin($$TRUNCATE leader_election.leases$$);
+SELECT pg_temp.answers('w'), pg_temp.fresh_answers('w');
+
+--
+-- Maintenance that rewrites the table keeps every answer and the indexes.
+--
+SELECT try_acquire_leader('m', '1 hour', 'h1') AS h1_leads, pg_temp.answers('m');
+SELECT pg_temp.admin($$VACUUM FULL leader_election.leases$$);
+SELECT pg_temp.answers('m'), pg_temp.fresh_answers('m');
+SELECT pg_temp.admin($$CLUSTER leader_election.leases USING leases_pkey$$);
+SELECT try_acquire_leader('m', '1 hour', 'h1') AS renewed, pg_temp.answers('m');
+SELECT pg_temp.admin($$REINDEX TABLE leader_election.leases$$);
+SELECT try_acquire_leader('m', '1 hour', 'h2') AS h2_refused, pg_temp.fresh_answers('m');
+SELECT pg_temp.indexes_ok() AS indexes_ok;
+
+--
+-- DROP EXTENSION deletes every lease; a new CREATE EXTENSION starts over,
+-- and no backend remembers a lease of the dropped one.
+--
+SELECT pg_temp.answers('m');
+SELECT dblink_disconnect('admin');
+DROP EXTENSION leader_election CASCADE;
+CREATE EXTENSION leader_election;
+SELECT pg_temp.answers('m'), pg_temp.fresh_answers('m');
+
+--
+-- A database dropped and created again with the same OID from the same
+-- template (so the same relation OIDs): no backend answers from the old
+-- database's leases.
+--
+CREATE DATABASE le_tpl;
+SELECT dblink_connect('tpl', replace(pg_temp.connstr(), current_database(), 'le_tpl'));
+SELECT dblink_exec('tpl', 'CREATE EXTENSION leader_election');
+SELECT * FROM dblink('tpl', $$SELECT try_acquire_leader('job', '1 hour', 'h9')$$) AS t(h9_leads_in_template boolean);
+SELECT dblink_disconnect('tpl');
+CREATE DATABASE le_d1 TEMPLATE le_tpl;
+SELECT oid AS d1_oid FROM pg_database WHERE datname = 'le_d1' \gset
+CREATE FUNCTION pg_temp.in_d1(sql text) RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+    result text;
+BEGIN
+    PERFORM dblink_connect('d1', replace(pg_temp.connstr(), current_database(), 'le_d1'));
+    SELECT t.r INTO result FROM dblink('d1', sql) AS t(r text);
+    PERFORM dblink_disconnect('d1');
+    RETURN result;
+END $$;
+SELECT pg_temp.in_d1($$SELECT format('%s %s', release_leader('job', 'h9'), try_acquire_leader('job', '1 hour', 'h1'))$$) AS h1_takes_job;
+SELECT pg_temp.in_d1($$SELECT format('%s/%s', am_leader('job', 'h1'), leader_term('job', 'h1'))$$) AS h1_in_d1;
+DROP DATABASE le_d1;
+CREATE DATABASE le_d1 OID = :d1_oid TEMPLATE le_tpl;
+SELECT pg_temp.in_d1($$SELECT format('h1:%s/%s h9:%s/%s', am_leader('job', 'h1'), coalesce(leader_term('job', 'h1')::text, '-'), am_leader('job', 'h9'), coalesce(leader_term('job', 'h9')::text, '-'))$$) AS recreated_d1;
+SELECT pg_temp.in_d1($$SELECT try_acquire_leader('job', '1 hour', 'h9')::text$$) AS h9_renews;
+DROP DATABASE le_d1;
+DROP DATABASE le_tpl;

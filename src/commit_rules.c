@@ -1,0 +1,171 @@
+/*-------------------------------------------------------------------------
+ *
+ * commit_rules.c
+ *	  What a transaction that changed a lease must satisfy when it commits.
+ *
+ * A lease decision takes effect at COMMIT (I4 in lease.c), so the rules that
+ * make "it returned true" mean something are enforced here, at PRE_COMMIT:
+ *
+ * R1  Durable, whatever the session says.  A transaction that granted,
+ *     renewed or released a lease commits with synchronous_commit at least
+ *     'on' (its commit record flushed to the local WAL and, when
+ *     synchronous_standby_names is set, confirmed flushed by the synchronous
+ *     standbys), or at the session's default level if that is stronger
+ *     (remote_apply).  SET, SET LOCAL, or a role's or database's setting
+ *     cannot lower it: otherwise a crash could bring back an older row and
+ *     hand out a term twice, or forget a renewal a holder was told about.
+ *     The raised level is SET LOCAL, so it ends with the transaction.
+ *
+ * R2  Not already over.  If a grant or renewal made in the transaction has
+ *     expired by the time the transaction starts to commit (it ran longer
+ *     than its ttl), COMMIT fails with LE001 and nothing of the transaction
+ *     survives: "true" never reaches a caller for a lease that is already
+ *     gone at commit.  (The ttl runs from the call; a commit that then waits
+ *     for synchronous standbys can still return after expires_at.)
+ *
+ * Writes rolled back with a savepoint no longer count.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "nodes/pg_list.h"
+#include "utils/guc.h"
+#include "utils/memutils.h"
+#include "utils/timestamp.h"
+
+#include "leader_election.h"
+
+/* One lease written by this transaction (in TopTransactionContext). */
+typedef struct LeCommitWrite
+{
+	int			nest_level;		/* (sub)transaction that wrote it */
+	TimestampTz expires_at;		/* 0 for a release */
+	char		name[FLEXIBLE_ARRAY_MEMBER];
+} LeCommitWrite;
+
+static List *le_commit_writes = NIL;
+
+/* This transaction wrote the lease `name`, valid until expires_at (0: released). */
+void
+le_commit_note_write(const char *name, TimestampTz expires_at)
+{
+	MemoryContext old = MemoryContextSwitchTo(TopTransactionContext);
+	LeCommitWrite *w = palloc(offsetof(LeCommitWrite, name) + strlen(name) + 1);
+
+	w->nest_level = GetCurrentTransactionNestLevel();
+	w->expires_at = expires_at;
+	strcpy(w->name, name);
+	le_commit_writes = lappend(le_commit_writes, w);
+	MemoryContextSwitchTo(old);
+}
+
+/* synchronous_commit levels in order of strength, as the server names them. */
+static int
+le_sync_level(const char *value)
+{
+	static const char *const names[] = {
+		"off", "local", "remote_write", "on", "remote_apply"
+	};
+
+	if (value == NULL)
+		return 0;
+	for (int i = 0; i < lengthof(names); i++)
+		if (pg_strcasecmp(value, names[i]) == 0)
+			return i;
+	if (pg_strcasecmp(value, "remote_flush") == 0 ||
+		pg_strcasecmp(value, "true") == 0 || pg_strcasecmp(value, "yes") == 0 ||
+		pg_strcasecmp(value, "1") == 0)
+		return 3;
+	return 0;
+}
+
+/* R1 */
+static void
+le_commit_durably(void)
+{
+	static const char *const names[] = {
+		"off", "local", "remote_write", "on", "remote_apply"
+	};
+	int			current = le_sync_level(GetConfigOption("synchronous_commit", false, false));
+	int			wanted = Max(3, le_sync_level(GetConfigOptionResetString("synchronous_commit")));
+
+	if (current < wanted)
+		(void) set_config_option("synchronous_commit", names[wanted],
+								 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_LOCAL,
+								 true, 0, false);
+}
+
+/* R2 */
+static void
+le_commit_check_expiry(void)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	ListCell   *lc;
+
+	foreach(lc, le_commit_writes)
+	{
+		LeCommitWrite *w = lfirst(lc);
+
+		if (w->expires_at != 0 && w->expires_at <= now)
+			ereport(ERROR,
+					(errcode(ERRCODE_LE_NOT_LEADER),
+					 errmsg("lease \"%s\" expired before its transaction committed", w->name),
+					 errdetail("The lease was granted or renewed until %s; the transaction began to commit at %s.",
+							   timestamptz_to_str(w->expires_at),
+							   timestamptz_to_str(now)),
+					 errhint("Commit sooner after try_acquire_leader, or use a longer ttl.")));
+	}
+}
+
+static void
+le_commit_xact_callback(XactEvent event, void *arg)
+{
+	switch (event)
+	{
+		case XACT_EVENT_PRE_COMMIT:
+			if (le_commit_writes != NIL)
+			{
+				le_commit_check_expiry();
+				le_commit_durably();
+			}
+			break;
+		case XACT_EVENT_COMMIT:
+		case XACT_EVENT_ABORT:
+		case XACT_EVENT_PREPARE:
+		case XACT_EVENT_PARALLEL_COMMIT:
+		case XACT_EVENT_PARALLEL_ABORT:
+			le_commit_writes = NIL; /* freed with TopTransactionContext */
+			break;
+		default:
+			break;
+	}
+}
+
+static void
+le_commit_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
+						   SubTransactionId parentSubid, void *arg)
+{
+	int			level = GetCurrentTransactionNestLevel();
+	ListCell   *lc;
+
+	foreach(lc, le_commit_writes)
+	{
+		LeCommitWrite *w = lfirst(lc);
+
+		if (w->nest_level < level)
+			continue;
+		if (event == SUBXACT_EVENT_ABORT_SUB)
+			le_commit_writes = foreach_delete_current(le_commit_writes, lc);
+		else if (event == SUBXACT_EVENT_COMMIT_SUB)
+			w->nest_level = level - 1;
+	}
+}
+
+void
+le_commit_register_callbacks(void)
+{
+	RegisterXactCallback(le_commit_xact_callback, NULL);
+	RegisterSubXactCallback(le_commit_subxact_callback, NULL);
+}
