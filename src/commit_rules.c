@@ -112,9 +112,9 @@ le_commit_check_expiry(void)
 			ereport(ERROR,
 					(errcode(ERRCODE_LE_NOT_LEADER),
 					 errmsg("lease \"%s\" expired before its transaction committed", w->name),
-					 errdetail("The lease was granted or renewed until %s; the transaction began to commit at %s.",
-							   timestamptz_to_str(w->expires_at),
-							   timestamptz_to_str(now)),
+					 errdetail("The lease was granted or renewed until %s; the transaction began to commit %.3f s later.",
+							   pstrdup(timestamptz_to_str(w->expires_at)),
+							   (double) (now - w->expires_at) / USECS_PER_SEC),
 					 errhint("Commit sooner after try_acquire_leader, or use a longer ttl.")));
 	}
 }
