@@ -200,7 +200,6 @@ SELECT pg_temp.indexes_ok() AS indexes_ok;
 -- and no backend remembers a lease of the dropped one.
 --
 SELECT pg_temp.answers('m');
-SELECT dblink_disconnect('admin');
 DROP EXTENSION leader_election CASCADE;
 CREATE EXTENSION leader_election;
 SELECT pg_temp.answers('m'), pg_temp.fresh_answers('m');
@@ -234,3 +233,6 @@ SELECT pg_temp.in_d1($$SELECT format('h1:%s/%s h9:%s/%s', am_leader('job', 'h1')
 SELECT pg_temp.in_d1($$SELECT try_acquire_leader('job', '1 hour', 'h9')::text$$) AS h9_renews;
 DROP DATABASE le_d1;
 DROP DATABASE le_tpl;
+SELECT dblink_disconnect('admin');
+DROP EXTENSION dblink;
+DROP EXTENSION amcheck;

@@ -155,23 +155,25 @@ SELECT holder, term FROM leader_election.leases WHERE name = 'short';
 -- assert_leader: returns the term on success, LE001 in every other case.
 --
 SELECT assert_leader('short', NULL, 'host-b') AS fenced_term;
-SELECT assert_leader('short', 2, 'host-b') AS fenced_term;
+SELECT leader_term('short', 'host-b') AS b_term \gset
+SELECT assert_leader('short', :b_term, 'host-b') = :b_term AS fenced_in_b_term;
 -- Named arguments work as documented.
-SELECT assert_leader(name => 'short', term => 2, holder => 'host-b') AS fenced_term;
+SELECT assert_leader(name => 'short', term => :b_term, holder => 'host-b') = :b_term AS fenced_in_b_term;
 -- not the holder
 SELECT pg_temp.try_with_detail($$SELECT assert_leader('short', NULL, 'host-a')$$) AS not_holder;
 -- wrong term
-SELECT pg_temp.try_with_detail($$SELECT assert_leader('short', 1, 'host-b')$$) AS wrong_term;
-SELECT pg_temp.try_with_detail($$SELECT assert_leader('short', 3, 'host-b')$$) AS future_term;
+SELECT pg_temp.try_with_detail(format($$SELECT assert_leader('short', %s, 'host-b')$$, :b_term - 1)) AS wrong_term;
+SELECT pg_temp.try_with_detail(format($$SELECT assert_leader('short', %s, 'host-b')$$, :b_term + 1)) AS future_term;
 -- never held
 SELECT pg_temp.try_with_detail($$SELECT assert_leader('never-held', NULL, 'host-b')$$) AS never_held;
 -- released
 SELECT release_leader('short', 'host-b') AS b_released;
-SELECT pg_temp.try_with_detail($$SELECT assert_leader('short', 2, 'host-b')$$) AS after_release;
+SELECT pg_temp.try_with_detail(format($$SELECT assert_leader('short', %s, 'host-b')$$, :b_term)) AS after_release;
 -- expired (and not taken over)
 SELECT try_acquire_leader('fence-expiry', '100ms', 'host-a') AS acquired;
+SELECT leader_term('fence-expiry', 'host-a') AS e_term \gset
 SELECT pg_temp.wait_until_expired('fence-expiry');
-SELECT pg_temp.try_with_detail($$SELECT assert_leader('fence-expiry', 1, 'host-a')$$) AS expired;
+SELECT pg_temp.try_with_detail(format($$SELECT assert_leader('fence-expiry', %s, 'host-a')$$, :e_term)) AS expired;
 -- session identity: fails for a name held by a named holder
 SELECT try_acquire_leader('fence-session', '1 minute') AS acquired;
 SELECT assert_leader('fence-session') AS session_fenced_term;
@@ -181,7 +183,7 @@ SELECT pg_temp.try_with_detail($$SELECT assert_leader('fence-session', NULL, 'ho
 CREATE TEMP TABLE effects (term bigint);
 BEGIN;
 INSERT INTO effects VALUES (1);
-SELECT assert_leader('short', 2, 'host-b');
+SELECT assert_leader('short', :b_term, 'host-b');
 COMMIT;
 SELECT count(*) AS effects_committed FROM effects;
 -- A successful one lets it commit.

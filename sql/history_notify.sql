@@ -71,7 +71,9 @@ SELECT name, term, regexp_replace(holder, '^session:[0-9]+:[0-9]+$', 'session:(p
 SELECT h.term, h.end_reason, h.ended_at >= h.acquired_at AS ended_after_start,
        h.ended_at <= next.acquired_at AS ended_before_next
   FROM leader_election.history h
-  JOIN leader_election.history next ON next.name = h.name AND next.term = h.term + 1
+  JOIN LATERAL (SELECT n.acquired_at FROM leader_election.history n
+                 WHERE n.name = h.name AND n.term > h.term
+                 ORDER BY n.term LIMIT 1) AS next ON true
  WHERE h.name = 'n' ORDER BY h.term;
 
 --

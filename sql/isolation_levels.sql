@@ -24,7 +24,7 @@ SELECT count(*) AS rows_in_snapshot FROM leader_election.leases;   -- takes the 
 SELECT try_acquire_leader('rr', '1 minute', 'h') AS acquired;
 SELECT am_leader('rr', 'h') AS leads, leader_term('rr', 'h') AS term;
 SELECT try_acquire_leader('rr', '1 minute', 'h') AS renewed;
-SELECT assert_leader('rr', 1, 'h') AS fenced;
+SELECT assert_leader('rr', leader_term('rr', 'h'), 'h') = leader_term('rr', 'h') AS fenced;
 SELECT holder, term FROM current_leader('rr');
 SELECT release_leader('rr', 'h') AS released;
 SELECT am_leader('rr', 'h') AS leads_after_release;
@@ -41,7 +41,7 @@ SELECT count(*) AS rows_in_snapshot FROM leader_election.leases;
 SELECT try_acquire_leader('ser', '1 minute', 'h') AS acquired;
 SELECT am_leader('ser', 'h') AS leads, leader_term('ser', 'h') AS term;
 SELECT try_acquire_leader('ser', '1 minute', 'h') AS renewed;
-SELECT assert_leader('ser', 1, 'h') AS fenced;
+SELECT assert_leader('ser', leader_term('ser', 'h'), 'h') = leader_term('ser', 'h') AS fenced;
 SELECT release_leader('ser', 'h') AS released;
 SELECT try_acquire_leader('ser', '1 minute', 'h2') AS reacquired, leader_term('ser', 'h2') AS term;
 COMMIT;

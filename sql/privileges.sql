@@ -51,7 +51,7 @@ SELECT count(*) AS lease_rows FROM leader_election.leases;
 --
 SET ROLE regress_le_a;
 SELECT try_acquire_leader('owned-by-a', '1 minute', 'a-1') AS a_acquired;
-SELECT assert_leader('owned-by-a', 1, 'a-1') AS a_fenced;
+SELECT assert_leader('owned-by-a', leader_term('owned-by-a', 'a-1'), 'a-1') = leader_term('owned-by-a', 'a-1') AS a_fenced;
 RESET ROLE;
 SELECT name, owner::regrole, holder_role::regrole, holder, term
   FROM leader_election.leases WHERE name = 'owned-by-a';

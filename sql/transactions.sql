@@ -17,7 +17,8 @@ RESET leader_election.holder_id;
 \set show_sqlstate '\\echo SQLSTATE: :SQLSTATE'
 
 --
--- ROLLBACK voids an acquisition: no row, no history, term 1 still unused.
+-- ROLLBACK voids an acquisition: no row, no history (the term it drew is
+-- left unused: terms have gaps, never repeats).
 --
 BEGIN;
 SELECT try_acquire_leader('rb', '1 minute', 'h') AS acquired;
@@ -39,7 +40,7 @@ SELECT try_acquire_leader('rb', '1 minute', 'h') AS acquired;
 SELECT 1 / 0;
 COMMIT;
 SELECT am_leader('rb', 'h') AS leads_after_failed_commit;
--- The writer lock went with the transaction: another holder gets term 1.
+-- The writer lock went with the transaction: another holder gets the lease.
 SELECT try_acquire_leader('rb', '1 minute', 'other') AS other_acquired, leader_term('rb', 'other') AS term;
 SELECT count(*) AS advisory_locks FROM pg_locks
  WHERE locktype = 'advisory' AND objsubid = 19525 AND pid = pg_backend_pid();
@@ -113,7 +114,7 @@ PREPARE TRANSACTION 'le_regress_release';
 SELECT am_leader('prep', 'h') AS still_leads;
 -- fence
 BEGIN;
-SELECT assert_leader('prep', 1, 'h') AS fenced;
+SELECT assert_leader('prep', leader_term('prep', 'h'), 'h') = leader_term('prep', 'h') AS fenced;
 PREPARE TRANSACTION 'le_regress_fence';
 :show_sqlstate
 -- wait_for_leadership that acquired
