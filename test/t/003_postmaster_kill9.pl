@@ -34,16 +34,17 @@ my $sess = le_session($node);
 is($sess->query_safe(q{SELECT try_acquire_leader('sess', '1 hour')}),
 	't', 'a session-bound holder takes sess');
 my $before = terms();
-is_deeply($before, { named => 4, sess => 1 }, 'committed terms before the kill');
+is_deeply($before, { named => 4, sess => 5 },
+	'committed terms before the kill (one counter per database)');
 
 # Uncommitted when the postmaster dies: a release and re-grant of 'named'
-# (term 5) and a new name.
+# (a new term) and a new name.
 my $open = le_session($node);
 $open->query_safe('BEGIN');
 is($open->query_safe(q{SELECT release_leader('named', 'holder-4')}),
 	't', 'open transaction releases named');
 is($open->query_safe(q{SELECT try_acquire_leader('named', '1 hour', 'u')}),
-	't', 'and re-grants it (uncommitted term 5)');
+	't', 'and re-grants it (uncommitted new term)');
 is($open->query_safe(q{SELECT try_acquire_leader('fresh', '1 hour', 'u')}),
 	't', 'open transaction acquires a new name');
 

@@ -62,14 +62,15 @@ is($standby->safe_psql('postgres', q{SELECT am_leader('job', 'holder-c')}),
 	't', 'standby: am_leader true for the replicated holder');
 is($standby->safe_psql('postgres', q{SELECT am_leader('job', 'holder-a')}),
 	'f', 'standby: am_leader false for an earlier holder');
+# Terms come from one counter per database: job 1-3, gone 4, late 5, sess 6.
 is($standby->safe_psql('postgres', q{SELECT leader_term('late', 'l')}),
-	'1', 'standby: leader_term of the streamed grant');
+	'5', 'standby: leader_term of the streamed grant');
 is($standby->safe_psql('postgres', q{SELECT holder, term FROM current_leader('job')}),
 	'holder-c|3', 'standby: current_leader');
 is($standby->safe_psql('postgres',
 		q{SELECT string_agg(name || ':' || regexp_replace(coalesce(holder, '-'), ':.*', ':*') || ':' || term || ':' || valid, ' ' ORDER BY name)
 		    FROM leader_election.leaders}),
-	'gone:-:1:false job:holder-c:3:true late:l:1:true sess:session:*:1:true',
+	'gone:-:4:false job:holder-c:3:true late:l:5:true sess:session:*:6:true',
 	'standby: leaders view');
 
 # The standby cannot see the primary's sessions; the replicated lease of a

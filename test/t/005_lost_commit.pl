@@ -2,8 +2,9 @@
 # commits, and the promoted standby must still never hand out a term the old
 # primary already issued.  Deterministic loss: stop the standby, grant new
 # terms on the primary, kill -9 the primary, promote the standby.  The
-# standby never saw those terms; its next grant must still be larger (terms
-# carry the timeline: ((timeline - 1) << 32) + n).
+# standby never saw those terms; its next grant must still be larger (the
+# first grant on the new timeline moves the term counter to a new 2^32 era,
+# lease_store.c).
 use strict;
 use warnings;
 use lib 'test/t';
@@ -24,12 +25,12 @@ $standby->start;
 $primary->wait_for_catchup($standby);
 is($standby->safe_psql('postgres',
 		q{SELECT string_agg(name || '=' || term, ',' ORDER BY name) FROM leader_election.leases}),
-	'job=1,sess=1', 'standby in sync: job and sess at term 1');
+	'job=1,sess=2', 'standby in sync: job at term 1, sess at term 2');
 
 $standby->stop;
 
-# Grants the standby will never see: job changes hands four times (terms 2
-# to 5); sess is taken over by a session-bound holder.
+# Grants the standby will never see: job changes hands four times (terms 3
+# to 6); sess is taken over by a session-bound holder (term 7).
 my @lost;
 for my $i (2 .. 5)
 {
@@ -40,20 +41,20 @@ for my $i (2 .. 5)
 		SELECT term FROM leader_election.leases WHERE name = 'job';
 	}) =~ /(\d+)$/;
 }
-is_deeply(\@lost, [ 2, 3, 4, 5 ], 'primary issued terms 2..5 of job');
+is_deeply(\@lost, [ 3, 4, 5, 6 ], 'primary issued terms 3..6 of job');
 my $lost_sess = $primary->safe_psql('postgres', q{
 	SELECT release_leader('sess', 'named-holder');
 	SELECT try_acquire_leader('sess', '1 hour');
 	SELECT term FROM leader_election.leases WHERE name = 'sess';
 }) =~ /(\d+)$/ ? $1 : undef;
-is($lost_sess, 2, 'primary issued term 2 of sess');
+is($lost_sess, 7, 'primary issued term 7 of sess');
 
 le_kill9($primary);
 
 $standby->start;
 is($standby->safe_psql('postgres',
 		q{SELECT string_agg(name || '=' || term, ',' ORDER BY name) FROM leader_election.leases}),
-	'job=1,sess=1', 'the standby lacks the lost commits');
+	'job=1,sess=2', 'the standby lacks the lost commits');
 $standby->promote;
 ok(le_poll($standby, 'SELECT NOT pg_is_in_recovery()'), 'standby promoted');
 
