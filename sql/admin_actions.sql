@@ -196,6 +196,15 @@ SELECT try_acquire_leader('m', '1 hour', 'h2') AS h2_refused, pg_temp.fresh_answ
 SELECT pg_temp.indexes_ok() AS indexes_ok;
 
 --
+-- The end of the term counter: a clear error, and nothing changes.
+--
+SELECT pg_temp.admin($$ALTER SEQUENCE leader_election.terms RESTART WITH 9223372036854775807$$);
+SELECT try_acquire_leader('last', '1 hour', 'h1') AS gets_the_last_term,
+       leader_term('last', 'h1') AS term;
+SELECT pg_temp.try($$SELECT try_acquire_leader('one-more', '1 hour', 'h1')$$) AS past_the_end;
+SELECT count(*) AS rows FROM leader_election.leases WHERE name = 'one-more';
+
+--
 -- DROP EXTENSION deletes every lease; a new CREATE EXTENSION starts over,
 -- and no backend remembers a lease of the dropped one.
 --
