@@ -81,3 +81,54 @@ SELECT pg_catalog.setval('leader_election.terms',
 CREATE INDEX leases_owner_idx ON leader_election.leases (owner);
 COMMENT ON INDEX leader_election.leases_owner_idx IS
     'Names per owning role, for leader_election.max_names_per_role';
+
+-- ===================================================================
+-- Issue 12 (items 3 and 4, in the lease protocol): writer locks keyed by a
+-- secret
+-- ===================================================================
+
+/*
+ * The names' writer locks are keyed by HMAC-SHA256 of the name under this
+ * secret (src/lease.c), so no role that cannot read it can pick a name whose
+ * writer lock collides with another role's name.  Only the extension's
+ * owner reads it.  It is not dumped: CREATE EXTENSION in a restored database
+ * makes a new one, and any key works as long as all backends of a database
+ * share it.
+ */
+CREATE FUNCTION leader_election.new_lock_key()
+    RETURNS bytea
+    AS 'MODULE_PATHNAME', 'le_new_lock_key'
+    LANGUAGE C VOLATILE STRICT PARALLEL RESTRICTED;
+COMMENT ON FUNCTION leader_election.new_lock_key() IS
+    'A new random key for leader_election.lock_key (32 bytes from the server''s strong random source)';
+REVOKE ALL ON FUNCTION leader_election.new_lock_key() FROM PUBLIC;
+
+CREATE TABLE leader_election.lock_key (
+    key bytea NOT NULL
+);
+COMMENT ON TABLE leader_election.lock_key IS
+    'One row: the secret key of the names'' writer locks; readable only by the extension''s owner';
+REVOKE ALL ON TABLE leader_election.lock_key FROM PUBLIC;
+INSERT INTO leader_election.lock_key SELECT leader_election.new_lock_key();
+/*
+ * Backends keep the key once read: if it changed under them, two of them
+ * could take different locks for one name.  So it never changes while the
+ * extension is installed.
+ */
+CREATE FUNCTION leader_election.lock_key_is_fixed()
+    RETURNS trigger
+    LANGUAGE plpgsql
+    AS $lock_key_is_fixed$
+BEGIN
+    RAISE EXCEPTION 'leader_election.lock_key cannot be changed'
+        USING ERRCODE = 'object_not_in_prerequisite_state',
+              DETAIL = 'Every session keeps the key it read; a new key would give two sessions different writer locks for one name.';
+END
+$lock_key_is_fixed$;
+COMMENT ON FUNCTION leader_election.lock_key_is_fixed() IS
+    'Trigger: refuses every change of leader_election.lock_key';
+REVOKE ALL ON FUNCTION leader_election.lock_key_is_fixed() FROM PUBLIC;
+CREATE TRIGGER lock_key_is_fixed
+    BEFORE UPDATE OR DELETE OR TRUNCATE ON leader_election.lock_key
+    FOR EACH STATEMENT EXECUTE FUNCTION leader_election.lock_key_is_fixed();
+ALTER TABLE leader_election.lock_key ENABLE ALWAYS TRIGGER lock_key_is_fixed;

@@ -38,6 +38,9 @@
 #define LE_MIN_TTL_USECS		(100 * INT64CONST(1000))	/* 100 ms */
 #define LE_MAX_TTL_USECS		(7 * USECS_PER_DAY) /* 7 days */
 
+/* Bytes of the secret that keys writer locks (leader_election.lock_key). */
+#define LE_LOCK_KEY_BYTES		32
+
 /* Prefix of session identities; explicit holders may not use it. */
 #define LE_SESSION_PREFIX		"session:"
 
@@ -139,7 +142,8 @@ extern void le_store_take_over(const char *name, const LeIdentity *who,
 extern void le_store_release(const char *name, const LeaseRow *row,
 							 TimestampTz now);
 extern int64 le_store_count_names(Oid owner);
-extern int64 le_store_next_term(void);
+extern int64 le_store_next_term(int64 old_term);
+extern void le_store_lock_key(uint8 *key);
 extern Oid	le_store_leases_relid(void);
 extern void le_history_begin(const char *name, int64 term,
 							 const LeIdentity *who, Oid owner,

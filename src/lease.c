@@ -63,7 +63,9 @@
  *     first uses of new names take turns while max_names_per_role is set.
  *
  * I8  A name belongs to the role that first used it; other roles (unless
- *     members of it, or superusers) get 42501 on every function.
+ *     members of it, or superusers) get 42501 on every function, before
+ *     it takes any lock; and no name a role chooses can share another
+ *     name's writer lock except by chance (a keyed hash, le_writer_locktag).
  *
  *-------------------------------------------------------------------------
  */
@@ -71,7 +73,8 @@
 
 #include "access/xact.h"
 #include "commands/async.h"
-#include "common/hashfn.h"
+#include "common/hmac.h"
+#include "common/sha2.h"
 #include "funcapi.h"
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
@@ -98,21 +101,38 @@ PG_FUNCTION_INFO_V1(le_lease_is_valid);
 
 /* ---- building blocks ---- */
 
-/* The writer lock of a name: (database, 64-bit hash of the name). */
+/*
+ * The writer lock of a name: (database, 64 bits of HMAC-SHA256 of the name
+ * under the database's secret lock key, lease_store.c).  A role that can
+ * choose names but cannot read the key cannot choose one whose lock
+ * collides with another role's name (an unkeyed hash such as lookup3 can be
+ * inverted in milliseconds), so it cannot block that name's writers.
+ */
 static void
 le_writer_locktag(LOCKTAG *tag, const char *name)
 {
-	uint64		h = hash_bytes_extended((const unsigned char *) name,
-										strlen(name), 0);
+	uint8		key[LE_LOCK_KEY_BYTES];
+	uint8		mac[PG_SHA256_DIGEST_LENGTH];
+	pg_hmac_ctx *ctx;
+	uint64		h;
 
+	le_store_lock_key(key);
+	ctx = pg_hmac_create(PG_SHA256);
+	if (ctx == NULL ||
+		pg_hmac_init(ctx, key, sizeof(key)) < 0 ||
+		pg_hmac_update(ctx, (const uint8 *) name, strlen(name)) < 0 ||
+		pg_hmac_final(ctx, mac, sizeof(mac)) < 0)
+		elog(ERROR, "could not compute the writer lock of lease \"%s\"", name);
+	pg_hmac_free(ctx);
+	memcpy(&h, mac, sizeof(h));
 	SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId, (uint32) (h >> 32), (uint32) h,
 						 LE_LOCKTAG_WRITER);
 }
 
 /*
- * Take the writer lock.  Without waiting unless wait is true; a hash
- * collision between two names only makes them take turns, it never lets
- * two writers of one name in at once.
+ * Take the writer lock.  Without waiting unless wait is true; a collision
+ * between two names only makes them take turns, it never lets two writers
+ * of one name in at once.
  */
 static bool
 le_lock_writer(const char *name, bool wait)
@@ -325,7 +345,7 @@ le_try_acquire_from(const char *name, int64 ttl_usecs, const LeIdentity *who,
 								le_max_names_per_role),
 						 errhint("Reuse a name, or raise leader_election.max_names_per_role.")));
 		}
-		term = le_store_next_term();
+		term = le_store_next_term(0);
 		le_store_insert(name, who, term, now, now + ttl_usecs);
 		le_history_begin(name, term, who, GetUserId(), now);
 		le_notify(name, "elected", who->holder, term, "none");
@@ -373,7 +393,7 @@ le_try_acquire_from(const char *name, int64 ttl_usecs, const LeIdentity *who,
 		return false;
 	}
 
-	term = le_store_next_term();
+	term = le_store_next_term(locked.term);
 	if (locked.holder != NULL)
 	{
 		reason = le_end_reason(&locked, now, &ended_at);
@@ -513,6 +533,10 @@ assert_leader(PG_FUNCTION_ARGS)
 
 	le_prevent_if_read_only("assert_leader()");
 	who = le_resolve_identity(holder);
+
+	/* Another role's name: refused before anything is locked (I8). */
+	le_store_read(name, &row);
+	le_check_owner(name, &row);
 
 	lock = le_store_lock_row(name, false);
 	/* Decide on the latest version: the lock covers it (I5, I6). */

@@ -104,6 +104,10 @@ typedef struct LeStoreRels
 	Oid			table_owner;
 	bool		cache_triggers_ok;	/* the lease cache's triggers are in place */
 	bool		fast_path_ok;	/* the table has its installed shape */
+	Oid			lock_key_rel;	/* leader_election.lock_key */
+	bool		schema_1_0;		/* the 1.1 objects are not there yet */
+	bool		lock_key_loaded;
+	uint8		lock_key[LE_LOCK_KEY_BYTES];
 } LeStoreRels;
 
 static LeStoreRels le_rels;
@@ -119,7 +123,7 @@ le_store_invalidate(Datum arg, Oid relid)
 {
 	if (relid == InvalidOid || relid == le_rels.leases ||
 		relid == le_rels.leases_pkey || relid == le_rels.leases_owner_idx ||
-		relid == le_rels.terms_seq)
+		relid == le_rels.terms_seq || relid == le_rels.lock_key_rel)
 	{
 		le_rels.valid = false;
 		le_cache_forget_all();
@@ -209,9 +213,9 @@ le_store_has_installed_shape(Relation rel, bool only_our_triggers)
 	List	   *indexes = RelationGetIndexList(rel);
 	bool		ok;
 
-	ok = list_length(indexes) == 2 &&
+	ok = list_length(indexes) == (le_rels.schema_1_0 ? 1 : 2) &&
 		list_member_oid(indexes, le_rels.leases_pkey) &&
-		list_member_oid(indexes, le_rels.leases_owner_idx) &&
+		(le_rels.schema_1_0 || list_member_oid(indexes, le_rels.leases_owner_idx)) &&
 		only_our_triggers &&
 		rel->rd_rules == NULL &&
 		!rel->rd_rel->relrowsecurity &&
@@ -245,11 +249,20 @@ le_store_load_rels(void)
 				 errhint("Run CREATE EXTENSION leader_election;")));
 	le_rels.leases_owner_idx = get_relname_relid("leases_owner_idx", nsp);
 	le_rels.terms_seq = get_relname_relid("terms", nsp);
-	if (!OidIsValid(le_rels.leases_owner_idx) || !OidIsValid(le_rels.terms_seq))
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("extension \"leader_election\" in this database is older than its library"),
-				 errhint("Run ALTER EXTENSION leader_election UPDATE;")));
+	le_rels.lock_key_rel = get_relname_relid("lock_key", nsp);
+	le_rels.lock_key_loaded = false;
+
+	/*
+	 * Between installing this library and ALTER EXTENSION UPDATE the
+	 * database still has the 1.0 objects: serve them as 1.0 did (terms
+	 * old + 1 above the timeline's floor, names counted by a scan), with
+	 * writer locks keyed by an all-zero key (every backend runs this
+	 * library, so they agree).  The update's CREATE INDEX on the table
+	 * invalidates it, so every backend switches at its next call; its
+	 * ShareLock waits for the writers in flight.
+	 */
+	le_rels.schema_1_0 = !OidIsValid(le_rels.leases_owner_idx) ||
+		!OidIsValid(le_rels.terms_seq) || !OidIsValid(le_rels.lock_key_rel);
 
 	rel = table_open(le_rels.leases, AccessShareLock);
 	le_store_check_columns(rel);
@@ -469,15 +482,18 @@ le_store_renew_in_place(const char *name, const LeaseRow *row,
 				Datum		key = lk.slot->tts_values[COL_NAME];
 				Datum		owner = lk.slot->tts_values[COL_OWNER];
 				bool		key_null = false;
-				Relation	owner_idx = index_open(le_rels.leases_owner_idx,
-												   RowExclusiveLock);
-
 				index_insert(lk.idx, &key, &key_null, &newtup->t_self, lk.rel,
 							 UNIQUE_CHECK_YES, true, BuildIndexInfo(lk.idx));
-				index_insert(owner_idx, &owner, &key_null, &newtup->t_self,
-							 lk.rel, UNIQUE_CHECK_NO, true,
-							 BuildIndexInfo(owner_idx));
-				index_close(owner_idx, NoLock);
+				if (!le_rels.schema_1_0)
+				{
+					Relation	owner_idx = index_open(le_rels.leases_owner_idx,
+													   RowExclusiveLock);
+
+					index_insert(owner_idx, &owner, &key_null, &newtup->t_self,
+								 lk.rel, UNIQUE_CHECK_NO, true,
+								 BuildIndexInfo(owner_idx));
+					index_close(owner_idx, NoLock);
+				}
 			}
 			renewed = true;
 			/* What the cache learns is the row as updated, not as first seen. */
@@ -934,6 +950,27 @@ le_store_lock_row(const char *name, bool for_takeover)
 	return LE_ROW_BUSY;
 }
 
+/* The 1.0 schema has no index on owner: count with a scan. */
+static int64
+le_store_count_names_1_0(Oid owner)
+{
+	LeSpiCall	call;
+	Datum		v[1];
+	bool		isnull;
+	int64		count;
+
+	v[0] = ObjectIdGetDatum(owner);
+	le_spi_begin(&call);
+	if (SPI_execute_with_args("SELECT pg_catalog.count(*) FROM leader_election.leases "
+							  "WHERE owner OPERATOR(pg_catalog.=) $1",
+							  1, (Oid[]) {OIDOID}, v, NULL, false, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not count lease names");
+	count = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
+										SPI_tuptable->tupdesc, 1, &isnull));
+	le_spi_end(&call);
+	return count;
+}
+
 /*
  * How many names the role owns, as committed at this instant (through
  * leases_owner_idx).  lease.c calls it holding the role's name-count lock,
@@ -951,6 +988,8 @@ le_store_count_names(Oid owner)
 	int64		count = 0;
 
 	le_store_load_rels();
+	if (le_rels.schema_1_0)
+		return le_store_count_names_1_0(owner);
 	rel = table_open(le_rels.leases, AccessShareLock);
 	idx = index_open(le_rels.leases_owner_idx, AccessShareLock);
 	ScanKeyInit(&key, 1, BTEqualStrategyNumber, F_OIDEQ,
@@ -1042,16 +1081,90 @@ le_store_enter_era(uint64 sysid, TimeLineID tli)
 	le_era_tli = tli;
 }
 
+/*
+ * The next term.  old_term is the name's current term (0 for a new name);
+ * only the 1.0 schema uses it: old_term + 1, at least (timeline - 1) * 2^32
+ * + 1, as 1.0 did.
+ */
 int64
-le_store_next_term(void)
+le_store_next_term(int64 old_term)
 {
 	uint64		sysid = GetSystemIdentifier();
 	TimeLineID	tli = le_current_timeline();
 
 	le_store_load_rels();
+	if (le_rels.schema_1_0)
+	{
+		int64		floor = ((int64) tli - 1) << 32;
+
+		if (old_term == PG_INT64_MAX)
+			ereport(ERROR,
+					(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+					 errmsg("lease has used every term")));
+		return Max(old_term + 1, floor + 1);
+	}
 	if (!le_era_known || le_era_sysid != sysid || le_era_tli != tli)
 		le_store_enter_era(sysid, tli);
 	return nextval_internal(le_rels.terms_seq, false);
+}
+
+/*
+ * The secret that keys the names' writer locks (lease.c): 32 random bytes in
+ * leader_election.lock_key, which no ordinary role can read, made when the
+ * extension is created (not dumped: a restored database has its own).  Read
+ * once per backend and kept: a trigger refuses every change of the key.
+ */
+void
+le_store_lock_key(uint8 *key)
+{
+	le_store_load_rels();
+	if (le_rels.schema_1_0)
+	{
+		memset(key, 0, LE_LOCK_KEY_BYTES);
+		return;
+	}
+	if (!le_rels.lock_key_loaded)
+	{
+		LeSpiCall	call;
+		bool		isnull = true;
+		bytea	   *k = NULL;
+
+		le_spi_begin(&call);
+		if (SPI_execute("SELECT key FROM leader_election.lock_key", true, 0) == SPI_OK_SELECT &&
+			SPI_processed == 1)
+		{
+			Datum		d = SPI_getbinval(SPI_tuptable->vals[0],
+										  SPI_tuptable->tupdesc, 1, &isnull);
+
+			if (!isnull)
+				k = DatumGetByteaPP(d);
+		}
+		if (k == NULL || VARSIZE_ANY_EXHDR(k) != LE_LOCK_KEY_BYTES)
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("leader_election.lock_key must hold exactly one key of %d bytes",
+							LE_LOCK_KEY_BYTES),
+					 errhint("Put back the row that was removed; or insert one from leader_election.new_lock_key() and then end every session of this database.")));
+		memcpy(le_rels.lock_key, VARDATA_ANY(k), LE_LOCK_KEY_BYTES);
+		le_spi_end(&call);
+		le_rels.lock_key_loaded = true;
+	}
+	memcpy(key, le_rels.lock_key, LE_LOCK_KEY_BYTES);
+}
+
+/* leader_election.new_lock_key(): 32 bytes from the strong random source. */
+PG_FUNCTION_INFO_V1(le_new_lock_key);
+Datum
+le_new_lock_key(PG_FUNCTION_ARGS)
+{
+	bytea	   *k = palloc(VARHDRSZ + LE_LOCK_KEY_BYTES);
+
+	SET_VARSIZE(k, VARHDRSZ + LE_LOCK_KEY_BYTES);
+	if (!pg_strong_random(VARDATA(k), LE_LOCK_KEY_BYTES))
+		ereport(ERROR,
+				(errcode(ERRCODE_INTERNAL_ERROR),
+				 errmsg("could not generate a random lock key")));
+	PG_RETURN_BYTEA_P(k);
 }
 
 /*
