@@ -51,11 +51,12 @@
  * Advisory lock key spaces of our own.  pg_advisory_lock() uses field4
  * values 1 and 2, so keys with these field4 values can never block, or be
  * blocked by, an application's advisory locks.  They show in pg_locks as
- * locktype 'advisory' with objsubid 19525, 19526 and 19527.
+ * locktype 'advisory' with objsubid 19525 to 19528.
  */
 #define LE_LOCKTAG_WRITER		0x4C45	/* one writer per name at a time */
 #define LE_LOCKTAG_SESSION		0x4C46	/* "this session is alive" */
 #define LE_LOCKTAG_ROLE_NAMES	0x4C47	/* a role's first uses of names, one at a time */
+#define LE_LOCKTAG_TERMS		0x4C48	/* one mover of the term counter at a time */
 
 /* NOTIFY channel for changes of leader. */
 #define LE_NOTIFY_CHANNEL		"leader_election"
@@ -142,7 +143,7 @@ extern void le_store_take_over(const char *name, const LeIdentity *who,
 extern void le_store_release(const char *name, const LeaseRow *row,
 							 TimestampTz now);
 extern int64 le_store_count_names(Oid owner);
-extern int64 le_store_next_term(int64 old_term);
+extern int64 le_store_next_term(const char *name, int64 old_term);
 extern void le_store_lock_key(uint8 *key);
 extern Oid	le_store_leases_relid(void);
 extern void le_history_begin(const char *name, int64 term,

@@ -345,7 +345,7 @@ le_try_acquire_from(const char *name, int64 ttl_usecs, const LeIdentity *who,
 								le_max_names_per_role),
 						 errhint("Reuse a name, or raise leader_election.max_names_per_role.")));
 		}
-		term = le_store_next_term(0);
+		term = le_store_next_term(name, 0);
 		le_store_insert(name, who, term, now, now + ttl_usecs);
 		le_history_begin(name, term, who, GetUserId(), now);
 		le_notify(name, "elected", who->holder, term, "none");
@@ -393,7 +393,7 @@ le_try_acquire_from(const char *name, int64 ttl_usecs, const LeIdentity *who,
 		return false;
 	}
 
-	term = le_store_next_term(locked.term);
+	term = le_store_next_term(name, locked.term);
 	if (locked.holder != NULL)
 	{
 		reason = le_end_reason(&locked, now, &ended_at);

@@ -203,7 +203,9 @@ le_store_has_cache_triggers(Relation rel, bool *only_ours)
  * May renewals skip the executor (le_store_renew_in_place)?  Only while the
  * table is as installed: exactly its two indexes, which that path maintains
  * itself, and nothing else the executor would apply to an UPDATE: no other
- * trigger, no rule, no CHECK constraint, no row-level security.  An index,
+ * trigger, no rule, no CHECK constraint, no row-level security that applies
+ * to the table's owner (writes run as the owner, whom policies skip unless
+ * FORCE ROW LEVEL SECURITY).  An index,
  * trigger or constraint an administrator adds sends renewals through the
  * executor (SPI), which keeps all of them.
  */
@@ -218,7 +220,7 @@ le_store_has_installed_shape(Relation rel, bool only_our_triggers)
 		(le_rels.schema_1_0 || list_member_oid(indexes, le_rels.leases_owner_idx)) &&
 		only_our_triggers &&
 		rel->rd_rules == NULL &&
-		!rel->rd_rel->relrowsecurity &&
+		!(rel->rd_rel->relrowsecurity && rel->rd_rel->relforcerowsecurity) &&
 		(rel->rd_att->constr == NULL || rel->rd_att->constr->num_check == 0);
 	list_free(indexes);
 	return ok;
@@ -267,7 +269,13 @@ le_store_load_rels(void)
 	rel = table_open(le_rels.leases, AccessShareLock);
 	le_store_check_columns(rel);
 	le_rels.table_owner = rel->rd_rel->relowner;
-	le_rels.cache_triggers_ok = le_store_has_cache_triggers(rel, &only_ours);
+	/*
+	 * Another trigger may rewrite the rows the extension writes (a BEFORE
+	 * trigger setting NEW.expires_at), and the cache learns what the
+	 * extension meant to write: so no cache while there is one.
+	 */
+	le_rels.cache_triggers_ok = le_store_has_cache_triggers(rel, &only_ours) &&
+		only_ours;
 	le_rels.fast_path_ok = le_store_has_installed_shape(rel, only_ours);
 	table_close(rel, NoLock);
 	le_rels.valid = true;
@@ -434,15 +442,35 @@ static void le_holder_details(Datum *pid, Datum *role, Datum *appname,
  * would add them.  Used only while the table has its installed shape
  * (le_store_has_installed_shape): these two indexes and nothing else.
  */
-static bool
+typedef enum LeInPlace
+{
+	LE_IN_PLACE_RENEWED,
+	LE_IN_PLACE_CHANGED,		/* the row changed: not renewed */
+	LE_IN_PLACE_NOT_ALLOWED		/* the table's shape changed: use the executor */
+} LeInPlace;
+
+static LeInPlace
 le_store_renew_in_place(const char *name, const LeaseRow *row,
 						TimestampTz now, TimestampTz expires)
 {
 	LeLookup	lk;
 	bool		renewed = false;
 	LeaseRow	updated = *row;
+	bool		found = le_lookup_begin(&lk, name, RowExclusiveLock);
 
-	if (le_lookup_begin(&lk, name, RowExclusiveLock) &&
+	/*
+	 * Taking RowExclusiveLock processed the invalidations of DDL committed
+	 * since this transaction last locked the table (an index or trigger
+	 * added while it held only AccessShareLock): decide again on the shape
+	 * the lock now covers, as the executor opens indexes after locking.
+	 */
+	le_store_load_rels();
+	if (!le_rels.fast_path_ok)
+	{
+		le_lookup_end(&lk);
+		return LE_IN_PLACE_NOT_ALLOWED;
+	}
+	if (found &&
 		!lk.slot->tts_isnull[COL_HOLDER] &&
 		DatumGetInt64(lk.slot->tts_values[COL_TERM]) == row->term &&
 		strcmp(TextDatumGetCString(lk.slot->tts_values[COL_HOLDER]), row->holder) == 0)
@@ -515,7 +543,7 @@ le_store_renew_in_place(const char *name, const LeaseRow *row,
 		le_store_note_renewal(name, &updated, expires);
 		CommandCounterIncrement();	/* later reads in this transaction see it */
 	}
-	return renewed;
+	return renewed ? LE_IN_PLACE_RENEWED : LE_IN_PLACE_CHANGED;
 }
 
 /*
@@ -534,6 +562,8 @@ typedef enum LeStmt
 	STMT_HISTORY_BEGIN,
 	STMT_HISTORY_TRIM,
 	STMT_HISTORY_END,
+	STMT_HISTORY_MAX,
+	STMT_ADVANCE_TERMS,
 	STMT_COUNT
 } LeStmt;
 
@@ -603,6 +633,19 @@ static const LeStmtDef le_stmts[STMT_COUNT] = {
 		" WHERE h.name OPERATOR(pg_catalog.=) $1 "
 		" ORDER BY h.term DESC OFFSET $2 LIMIT 1)",
 		2, {TEXTOID, INT8OID}
+	},
+	[STMT_HISTORY_MAX] = {
+		"SELECT pg_catalog.max(term) FROM leader_election.history "
+		"WHERE name OPERATOR(pg_catalog.=) $1",
+		1, {TEXTOID}
+	},
+	/* Only forward: to at least $1, or to the next 2^32 era if $2. */
+	[STMT_ADVANCE_TERMS] = {
+		"SELECT pg_catalog.setval('leader_election.terms', "
+		"GREATEST(s.last_value, $1, CASE WHEN $2 THEN "
+		"((s.last_value OPERATOR(pg_catalog.>>) 32) OPERATOR(pg_catalog.+) 1) "
+		"OPERATOR(pg_catalog.<<) 32 ELSE 0 END)) FROM leader_election.terms AS s",
+		2, {INT8OID, BOOLOID}
 	},
 	[STMT_HISTORY_END] = {
 		"UPDATE leader_election.history SET ended_at = $3, end_reason = $4 "
@@ -816,7 +859,12 @@ le_store_renew(const char *name, const LeaseRow *row, TimestampTz now,
 
 	le_store_load_rels();
 	if (!IsolationUsesXactSnapshot() && le_rels.fast_path_ok)
-		return le_store_renew_in_place(name, row, now, expires);
+	{
+		LeInPlace	r = le_store_renew_in_place(name, row, now, expires);
+
+		if (r != LE_IN_PLACE_NOT_ALLOWED)
+			return r == LE_IN_PLACE_RENEWED;
+	}
 
 	v[0] = CStringGetTextDatum(name);
 	v[1] = Int64GetDatum(row->term);
@@ -1023,6 +1071,25 @@ static bool le_era_known = false;
 static uint64 le_era_sysid;
 static TimeLineID le_era_tli;
 
+/*
+ * Move the counter forward: to at least at_least, or into the next era.
+ * Only ever forward, and one mover at a time (a lock held to the end of the
+ * transaction: the moves are rare), so two moves cannot undo each other.
+ * Called inside an SPI connection.
+ */
+static void
+le_store_advance_terms(int64 at_least, bool new_era)
+{
+	LOCKTAG		tag;
+	Datum		v[2];
+
+	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, 0, 0, LE_LOCKTAG_TERMS);
+	(void) LockAcquire(&tag, ExclusiveLock, false, false);
+	v[0] = Int64GetDatum(at_least);
+	v[1] = BoolGetDatum(new_era);
+	le_spi_run(STMT_ADVANCE_TERMS, v, NULL, false);
+}
+
 static void
 le_store_enter_era(uint64 sysid, TimeLineID tli)
 {
@@ -1056,11 +1123,7 @@ le_store_enter_era(uint64 sysid, TimeLineID tli)
 		Oid			types[2] = {INT8OID, INT4OID};
 
 		/* A new era: the next multiple of 2^32 above the counter. */
-		if (SPI_execute("SELECT pg_catalog.setval('leader_election.terms', "
-						"((s.last_value OPERATOR(pg_catalog.>>) 32) OPERATOR(pg_catalog.+) 1) "
-						"OPERATOR(pg_catalog.<<) 32) FROM leader_election.terms AS s",
-						false, 0) != SPI_OK_SELECT)
-			elog(ERROR, "could not move leader_election.terms to a new era");
+		le_store_advance_terms(0, true);
 		args[0] = Int64GetDatum((int64) sysid);
 		args[1] = Int32GetDatum((int32) tli);
 		if (SPI_execute_with_args("DELETE FROM leader_election.term_era", 0, NULL,
@@ -1082,13 +1145,22 @@ le_store_enter_era(uint64 sysid, TimeLineID tli)
 }
 
 /*
- * The next term.  old_term is the name's current term (0 for a new name);
- * only the 1.0 schema uses it: old_term + 1, at least (timeline - 1) * 2^32
- * + 1, as 1.0 did.
+ * The next term for `name`, whose row has term old_term (or none, 0).
+ *
+ * Normally the counter's next value, which is above every term issued here.
+ * But rows can arrive without the counter (logical replication of the
+ * tables, a restore of some tables only): so the term is also above the
+ * row's term and, for a new row, above the name's history, and the counter
+ * moves up to it, keeping it above every term issued.  With the 1.0 schema
+ * (before ALTER EXTENSION UPDATE): old_term + 1, at least
+ * (timeline - 1) * 2^32 + 1, as 1.0 did.
  */
 int64
-le_store_next_term(int64 old_term)
+le_store_next_term(const char *name, int64 old_term)
 {
+	int64		term;
+	int64		floor;
+
 	uint64		sysid = GetSystemIdentifier();
 	TimeLineID	tli = le_current_timeline();
 
@@ -1105,7 +1177,38 @@ le_store_next_term(int64 old_term)
 	}
 	if (!le_era_known || le_era_sysid != sysid || le_era_tli != tli)
 		le_store_enter_era(sysid, tli);
-	return nextval_internal(le_rels.terms_seq, false);
+	term = nextval_internal(le_rels.terms_seq, false);
+
+	if (old_term == PG_INT64_MAX)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("lease \"%s\" has used every term", name)));
+	floor = old_term + 1;
+	if (old_term == 0)
+	{
+		LeSpiCall	call;
+		Datum		v[1];
+		bool		isnull;
+		Datum		d;
+
+		v[0] = CStringGetTextDatum(name);
+		le_spi_begin(&call);
+		le_spi_run(STMT_HISTORY_MAX, v, NULL, true);
+		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+		if (!isnull && DatumGetInt64(d) < PG_INT64_MAX)
+			floor = Max(floor, DatumGetInt64(d) + 1);
+		le_spi_end(&call);
+	}
+	if (term < floor)
+	{
+		LeSpiCall	call;
+
+		le_spi_begin(&call);
+		le_store_advance_terms(floor, false);
+		le_spi_end(&call);
+		term = nextval_internal(le_rels.terms_seq, false);
+	}
+	return term;
 }
 
 /*
