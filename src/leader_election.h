@@ -10,6 +10,7 @@
  *	  lease_store.c      every read and write of the lease and history tables
  *	  lease_cache.c      the latest committed leases in shared memory
  *	  lease.c            the protocol and the SQL-callable functions
+ *	  name_admin.c       the administrator's functions for names (C half)
  *	  wakeup.c           waking waiters; per-transaction bookkeeping
  *	  task_registry.c    the task runner: registering tasks and their checks
  *	  task_launcher.c    the task runner: launcher, settings, shared memory
