@@ -110,6 +110,12 @@ SET ROLE regress_le_victim;
 SELECT try_acquire_leader('reports', '1 minute', 'victim-host') AS victim_takes_over,
        leader_term('reports', 'victim-host') AS term;
 RESET ROLE;
+-- The administrator's release is announced like any other (history_notify).
+LISTEN leader_election;
+\o | sed -e 's/server process with PID [0-9]*/server process with PID (pid)/'
+SELECT leader_election.release_name('reports') AS released_with_notification;
+\o
+UNLISTEN leader_election;
 -- Reserving names in advance: nobody else may take them, the owner may.
 SELECT leader_election.assign_name('reserved', 'regress_le_victim') AS reserved;
 SELECT name, owner::regrole, holder, term, expires_at FROM leader_election.leases WHERE name = 'reserved';
