@@ -309,9 +309,14 @@ for my $who ($su, 'app', 'attacker')
 {
 	my $sql = $use;
 	$sql =~ s/'N/'$who-N/g;
-	# The superuser also exercises the name quota and the history trimming.
+	# The superuser also exercises the name quota, the history trimming and
+	# the name administration functions.
 	$sql = "SET leader_election.max_names_per_role = 1000;
-		SET leader_election.history_max_terms = 1;\n$sql"
+		SET leader_election.history_max_terms = 1;\n$sql
+		SELECT leader_election.assign_name('$who-reserved', 'app');
+		SELECT leader_election.assign_name('$who-N', 'app');
+		SELECT leader_election.release_name('$who-N-short');
+		SELECT leader_election.drop_name('$who-reserved');"
 	  if $who eq $su;
 	my ($out, $err) = ('', '');
 	my $rc = $node->psql('postgres', $sql, stdout => \$out, stderr => \$err,
