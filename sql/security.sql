@@ -7,7 +7,8 @@
 --   probing which role owns a name through the 42501 DETAIL (item 6)
 --   squatting names, and the administrator's tools against it (item 6)
 --   invisible and bidirectional characters in names and holders (item 7)
---   pg_read_all_data reading every role's leases; tasks lost by pg_dump (item 8)
+--   pg_read_all_data reading every role's leases; tasks lost by pg_dump;
+--   DROP ROLE leaving names to a dangling OID (item 8)
 --
 -- The escalation by shadowing the API in a schema others may create in
 -- (item 1) and single-byte encodings (item 7) need their own databases:
@@ -207,6 +208,40 @@ SELECT count(*) AS leases_superuser FROM leader_election.leases;
 SELECT c::regclass AS dumped
   FROM pg_extension AS e, unnest(e.extconfig) AS c
  WHERE e.extname = 'leader_election' ORDER BY c::regclass::text;
+
+-- Item 8: DROP ROLE refuses a role that still owns names here (the library
+-- is preloaded); once they are handed over, it succeeds.
+CREATE ROLE regress_le_leaver;
+GRANT EXECUTE ON FUNCTION try_acquire_leader(text, interval, text) TO regress_le_leaver;
+SET ROLE regress_le_leaver;
+SELECT try_acquire_leader('leaver-name', '1 minute', 'h') AS leaver_acquired;
+RESET ROLE;
+REVOKE ALL ON FUNCTION try_acquire_leader(text, interval, text) FROM regress_le_leaver;
+SELECT pg_temp.try_with_detail($$DROP ROLE regress_le_leaver$$) AS drop_owner;
+SELECT count(*) AS leaver_still_exists FROM pg_roles WHERE rolname = 'regress_le_leaver';
+SELECT leader_election.assign_name('leaver-name', 'regress_le_victim') AS handed_over;
+DROP ROLE regress_le_leaver;
+SELECT name, owner::regrole FROM leader_election.leases WHERE name = 'leaver-name';
+-- The same for a role that owns a task (it would run as whichever role got
+-- the OID).
+CREATE ROLE regress_le_tasker LOGIN;
+CREATE PROCEDURE public.regress_le_noop() LANGUAGE sql AS 'SELECT 1';
+GRANT EXECUTE ON FUNCTION leader_election.register_task(text, regprocedure, interval, interval),
+      leader_election.unregister_task(text) TO regress_le_tasker;
+SET ROLE regress_le_tasker;
+SET client_min_messages = warning;
+SELECT leader_election.register_task('leaver-task', 'public.regress_le_noop()', '1 minute', '1 minute') > 0
+    AS registered;
+RESET client_min_messages;
+RESET ROLE;
+SELECT pg_temp.try_with_detail($$DROP ROLE regress_le_tasker$$) AS drop_task_owner;
+SET ROLE regress_le_tasker;
+SELECT leader_election.unregister_task('leaver-task') AS unregistered;
+RESET ROLE;
+REVOKE ALL ON FUNCTION leader_election.register_task(text, regprocedure, interval, interval),
+      leader_election.unregister_task(text) FROM regress_le_tasker;
+DROP ROLE regress_le_tasker;
+DROP PROCEDURE public.regress_le_noop();
 
 -- Clean up.
 DROP FUNCTION pg_temp.leak(text[]);

@@ -148,4 +148,5 @@ _PG_init(void)
 	le_reserve_guc_prefix("leader_election");
 	le_wakeup_register_callbacks();
 	le_cache_register_callbacks();
+	le_role_guard_install();
 }

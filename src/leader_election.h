@@ -11,6 +11,7 @@
  *	  lease_cache.c      the latest committed leases in shared memory
  *	  lease.c            the protocol and the SQL-callable functions
  *	  name_admin.c       the administrator's functions for names (C half)
+ *	  role_guard.c       DROP ROLE refuses roles that own names or tasks
  *	  wakeup.c           waking waiters; per-transaction bookkeeping
  *	  task_registry.c    the task runner: registering tasks and their checks
  *	  task_launcher.c    the task runner: launcher, settings, shared memory
@@ -173,5 +174,8 @@ extern void le_wait_begin(const char *name);
 extern void le_wait_sleep(TimestampTz until);
 extern void le_wait_end(void);
 extern int32 le_waiting_candidates(const char *name);
+
+/* role_guard.c */
+extern void le_role_guard_install(void);
 
 #endif							/* LEADER_ELECTION_H */
