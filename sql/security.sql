@@ -55,8 +55,7 @@ END $$;
 SELECT name FROM leader_election.leaders
  WHERE pg_temp.leak(name, holder, holder_pid::text, application_name, client_addr::text);
 SELECT name FROM leader_election.history WHERE pg_temp.leak(name, holder);
-SELECT name FROM leader_election.tasks WHERE pg_temp.leak(name, procedure::text);
-SELECT task_name FROM leader_election.task_runs WHERE pg_temp.leak(task_name, holder);
+-- (tasks and task_runs: below, once another role has a task)
 -- The planner keeps the barrier even when asked to push the qual down hard.
 SET enable_seqscan = off;
 SELECT name FROM leader_election.leaders WHERE pg_temp.leak(name) AND name = 'billing';
@@ -234,12 +233,25 @@ SELECT leader_election.register_task('leaver-task', 'public.regress_le_noop()', 
     AS registered;
 RESET client_min_messages;
 RESET ROLE;
+INSERT INTO leader_election.task_runs (task_id, task_name, owner, term, holder, started_at, status)
+SELECT id, name, owner, 1, 'runner', now(), 'succeeded' FROM leader_election.tasks
+ WHERE name = 'leaver-task';
+-- Item 2 again: the tasks and runs of another role stay hidden from a
+-- leaky function (row-level security).
+SET ROLE regress_le_mallory;
+SELECT name FROM leader_election.tasks WHERE pg_temp.leak(name, procedure::text);
+SELECT task_name FROM leader_election.task_runs WHERE pg_temp.leak(task_name, holder);
+RESET ROLE;
+SELECT count(*) AS tasks,
+       (SELECT count(*) FROM leader_election.task_runs WHERE task_name = 'leaver-task') AS runs
+  FROM leader_election.tasks WHERE name = 'leaver-task';
 SELECT pg_temp.try_with_detail($$DROP ROLE regress_le_tasker$$) AS drop_task_owner;
 SET ROLE regress_le_tasker;
 SELECT leader_election.unregister_task('leaver-task') AS unregistered;
 RESET ROLE;
 REVOKE ALL ON FUNCTION leader_election.register_task(text, regprocedure, interval, interval),
       leader_election.unregister_task(text) FROM regress_le_tasker;
+DELETE FROM leader_election.task_runs WHERE task_name = 'leaver-task';
 DROP ROLE regress_le_tasker;
 DROP PROCEDURE public.regress_le_noop();
 
