@@ -104,8 +104,10 @@ SELECT pg_catalog.pg_extension_config_dump('leader_election.tasks_id_seq', '');
 
 /*
  * The administrator's functions for names: take a name back from a role
- * that squats it, hand it to another role, reserve it before anyone uses
- * it, or forget it.  SECURITY DEFINER, owned by the installing superuser:
+ * that squats it, hand it to another role, or reserve it before anyone
+ * uses it.  (Forgetting a name, deleting its row, waits for terms that are
+ * never reused once a row is gone: with terms counted per row, the next
+ * acquisition would issue term 1 again.)  SECURITY DEFINER, owned by the installing superuser:
  * EXECUTE is revoked from PUBLIC, so superusers may call them, and so may a
  * role the administrator grants EXECUTE to (README, "Security and GRANTs").
  * Each row is locked before it changes; admin_change_begin (name_admin.c)
@@ -211,29 +213,3 @@ $le_release_name$;
 COMMENT ON FUNCTION leader_election.release_name(text) IS
     'Administrators: end the current lease of the name, whoever holds it (the owner and the term stay); false if nobody held it';
 REVOKE ALL ON FUNCTION leader_election.release_name(text) FROM PUBLIC;
-
-CREATE FUNCTION leader_election.drop_name(name text)
-    RETURNS boolean
-    LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-    SET search_path = pg_catalog, pg_temp
-    AS $le_drop_name$
-DECLARE
-    lease_name text := leader_election.admin_change_begin(name);
-    lease leader_election.leases;
-BEGIN
-    SELECT * INTO lease FROM leader_election.leases AS l
-     WHERE l.name OPERATOR(pg_catalog.=) lease_name FOR UPDATE;
-    IF NOT FOUND THEN
-        RETURN false;
-    END IF;
-    IF lease.holder IS NOT NULL THEN
-        PERFORM leader_election.admin_end_lease(lease);
-    END IF;
-    DELETE FROM leader_election.leases AS l
-     WHERE l.name OPERATOR(pg_catalog.=) lease_name;
-    RETURN true;
-END
-$le_drop_name$;
-COMMENT ON FUNCTION leader_election.drop_name(text) IS
-    'Administrators: forget the name (ending its current lease); the next role to use it owns it; its history stays; false if there was no such name';
-REVOKE ALL ON FUNCTION leader_election.drop_name(text) FROM PUBLIC;

@@ -88,7 +88,6 @@ SELECT try_acquire_leader('reports', '7 days', 'squatter') AS squatted;
 -- Not mallory's to call.
 SELECT pg_temp.try($$SELECT leader_election.assign_name('reports', 'regress_le_mallory')$$) AS assign;
 SELECT pg_temp.try($$SELECT leader_election.release_name('billing')$$) AS release;
-SELECT pg_temp.try($$SELECT leader_election.drop_name('billing')$$) AS dropped;
 RESET ROLE;
 -- Bad input is refused like everywhere else.
 SELECT pg_temp.try($$SELECT leader_election.assign_name(NULL, 'regress_le_victim')$$) AS null_name;
@@ -96,7 +95,7 @@ SELECT pg_temp.try($$SELECT leader_election.assign_name('x', NULL)$$) AS null_ow
 SELECT pg_temp.try($$SELECT leader_election.assign_name(E'a\nb', 'regress_le_victim')$$) AS bad_name;
 SELECT pg_temp.try($$SELECT leader_election.assign_name('x', 0)$$) AS no_such_role;
 SELECT pg_temp.try($$SELECT leader_election.release_name('')$$) AS empty_name;
-SELECT pg_temp.try($$SELECT leader_election.drop_name(NULL)$$) AS null_name;
+SELECT pg_temp.try($$SELECT leader_election.release_name(NULL)$$) AS null_name;
 -- A superuser hands the squatted name to the victim: the squatter's lease
 -- ends (released) and its renewals get 42501 from now on.
 SELECT leader_election.assign_name('reports', 'regress_le_victim') AS transferred;
@@ -134,15 +133,17 @@ SELECT leader_election.release_name('reserved') AS released_again;
 SELECT leader_election.release_name('never-used') AS released_unknown;
 SELECT name, owner::regrole, holder, term FROM leader_election.leases WHERE name = 'reserved';
 SELECT name, term, end_reason FROM leader_election.history WHERE name = 'reserved';
--- A designated admin role: EXECUTE on the three functions, nothing else.
+-- A designated admin role: EXECUTE on the two functions, nothing else.
 GRANT EXECUTE ON FUNCTION leader_election.assign_name(text, regrole),
-      leader_election.release_name(text), leader_election.drop_name(text)
+      leader_election.release_name(text)
    TO regress_le_name_admin;
 SET ROLE regress_le_name_admin;
 SELECT leader_election.assign_name('billing', 'regress_le_mallory') AS admin_transfers;
 SELECT leader_election.assign_name('billing', 'regress_le_victim') AS admin_transfers_back;
-SELECT leader_election.drop_name('reserved') AS admin_drops;
-SELECT leader_election.drop_name('reserved') AS admin_drops_again;
+SET ROLE regress_le_victim;
+SELECT try_acquire_leader('reports', '1 minute', 'victim-host') AS victim_leads_again;
+SET ROLE regress_le_name_admin;
+SELECT leader_election.release_name('reports') AS admin_releases;
 SELECT pg_temp.try($$SELECT count(*) FROM leader_election.leases$$) AS admin_reads_table;
 RESET ROLE;
 SELECT name, owner::regrole, holder FROM leader_election.leases ORDER BY name;
@@ -155,7 +156,7 @@ SELECT p.oid::regprocedure AS function, p.prosecdef, p.proconfig,
        has_function_privilege('public', p.oid, 'EXECUTE') AS public_execute
   FROM pg_proc AS p
  WHERE p.pronamespace = 'leader_election'::regnamespace
-   AND p.proname IN ('assign_name', 'release_name', 'drop_name')
+   AND p.proname IN ('assign_name', 'release_name')
  ORDER BY 1;
 
 --
@@ -259,7 +260,7 @@ DROP PROCEDURE public.regress_le_noop();
 DROP FUNCTION pg_temp.leak(text[]);
 TRUNCATE leader_election.leases, leader_election.history;
 REVOKE ALL ON FUNCTION leader_election.assign_name(text, regrole),
-      leader_election.release_name(text), leader_election.drop_name(text)
+      leader_election.release_name(text)
    FROM regress_le_name_admin;
 REVOKE ALL ON SCHEMA leader_election FROM regress_le_victim, regress_le_mallory;
 REVOKE ALL ON FUNCTION try_acquire_leader(text, interval, text), am_leader(text, text),

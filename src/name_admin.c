@@ -3,9 +3,9 @@
  * name_admin.c
  *	  The C half of the administrator's functions for lease names.
  *
- * leader_election.assign_name, release_name and drop_name (1.0--1.1
- * upgrade script, "Issue 12") take names back from roles that squat them,
- * hand them to other roles and reserve them in advance.  They are SQL
+ * leader_election.assign_name and release_name (1.0--1.1 upgrade script,
+ * "Issue 12") take names back from roles that squat them, hand them to
+ * other roles and reserve them in advance.  They are SQL
  * functions that write the lease and history tables directly; the lease
  * cache's triggers see those writes like any other direct change.  What SQL
  * cannot do is done here, once per name, before anything is written:

@@ -108,7 +108,7 @@ le_refuse_drop_of_owner(Oid roleid)
 						GetUserNameFromId(roleid, false)),
 				 errdetail("Owned by the role in database \"%s\": lease names " INT64_FORMAT ", tasks " INT64_FORMAT ".",
 						   get_database_name(MyDatabaseId), names, ntasks),
-				 errhint("Hand the names to another role or drop them with leader_election.assign_name() or drop_name(), and unregister the tasks, first.")));
+				 errhint("Hand the names to another role with leader_election.assign_name(), and unregister the tasks, first.")));
 }
 
 static void

@@ -315,8 +315,7 @@ for my $who ($su, 'app', 'attacker')
 		SET leader_election.history_max_terms = 1;\n$sql
 		SELECT leader_election.assign_name('$who-reserved', 'app');
 		SELECT leader_election.assign_name('$who-N', 'app');
-		SELECT leader_election.release_name('$who-N-short');
-		SELECT leader_election.drop_name('$who-reserved');"
+		SELECT leader_election.release_name('$who-N-short');"
 	  if $who eq $su;
 	my ($out, $err) = ('', '');
 	my $rc = $node->psql('postgres', $sql, stdout => \$out, stderr => \$err,
