@@ -105,14 +105,14 @@ SELECT pg_catalog.pg_extension_config_dump('leader_election.tasks_id_seq', '');
 /*
  * The administrator's functions for names: take a name back from a role
  * that squats it, hand it to another role, or reserve it before anyone
- * uses it.  (Forgetting a name, deleting its row, waits for terms that are
- * never reused once a row is gone: with terms counted per row, the next
- * acquisition would issue term 1 again.)  SECURITY DEFINER, owned by the installing superuser:
- * EXECUTE is revoked from PUBLIC, so superusers may call them, and so may a
- * role the administrator grants EXECUTE to (README, "Security and GRANTs").
+ * uses it.  SECURITY DEFINER, owned by the installing superuser: EXECUTE
+ * is revoked from PUBLIC, so superusers may call them, and so may a role
+ * the administrator grants EXECUTE to (README, "Security and GRANTs").
  * Each row is locked before it changes; admin_change_begin (name_admin.c)
  * checks the name, refuses read-only transactions and wakes waiters at
- * commit.
+ * commit.  (Forgetting a name, deleting its row, needs terms that are never
+ * reused once a row is gone: with terms counted per row, the next
+ * acquisition would issue term 1 again.)
  */
 CREATE FUNCTION leader_election.admin_change_begin(name text)
     RETURNS text
