@@ -12,6 +12,8 @@
  *	  lease.c            the protocol and the SQL-callable functions
  *	  commit_rules.c     what a transaction that changed a lease must meet at commit
  *	  catalog_watch.c    DDL that could change leases behind the cache's back
+ *	  name_admin.c       the administrator's functions for names (C half)
+ *	  role_guard.c       DROP ROLE refuses roles that own names or tasks
  *	  wakeup.c           waking waiters; per-transaction bookkeeping
  *	  task_registry.c    the task runner: registering tasks and their checks
  *	  task_launcher.c    the task runner: launcher, settings, shared memory
@@ -193,5 +195,8 @@ extern void le_wait_attempt(void);
 extern void le_wait_sleep(TimestampTz until);
 extern void le_wait_end(void);
 extern int32 le_waiting_candidates(const char *name);
+
+/* role_guard.c */
+extern void le_role_guard_install(void);
 
 #endif							/* LEADER_ELECTION_H */

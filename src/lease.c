@@ -201,9 +201,7 @@ le_check_owner(const char *name, const LeaseRow *row)
 	ereport(ERROR,
 			(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
 			 errmsg("permission denied for lease \"%s\"", name),
-			 errdetail("The lease name belongs to role \"%s\".",
-					   GetUserNameFromId(row->owner, true) ?
-					   GetUserNameFromId(row->owner, true) : "(dropped role)")));
+			 errdetail("The lease name belongs to another role.")));
 }
 
 /* Write functions refuse read-only transactions and hot standbys (25006). */
