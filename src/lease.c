@@ -384,7 +384,7 @@ le_try_acquire_from(const char *name, int64 ttl_usecs, const LeIdentity *who,
 	 */
 	le_store_read(name, &locked);
 	now = GetCurrentTimestamp();
-	if (!locked.found || locked.term != row.term ||
+	if (!locked.found || locked.term != row.term || locked.owner != row.owner ||
 		le_is_mine(&locked, who) || le_lease_valid(&locked, now))
 	{
 		le_unlock_writer(name);
@@ -714,17 +714,24 @@ le_lease_is_valid(PG_FUNCTION_ARGS)
 
 /*
  * leader_election.waiting_candidates(name text) returns integer: sessions
- * blocked in wait_for_leadership() for the name; NULL without preloading.
+ * blocked in wait_for_leadership() for the name; NULL without preloading,
+ * and for a name the caller may not use.
  */
 PG_FUNCTION_INFO_V1(le_waiting_candidates_sql);
 Datum
 le_waiting_candidates_sql(PG_FUNCTION_ARGS)
 {
 	int32		n;
+	char	   *name;
+	LeaseRow	row;
 
 	if (PG_ARGISNULL(0))
 		PG_RETURN_NULL();
-	n = le_waiting_candidates(text_to_cstring(PG_GETARG_TEXT_PP(0)));
+	name = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	le_store_read(name, &row);
+	if (row.found && !has_privs_of_role(GetUserId(), row.owner))
+		PG_RETURN_NULL();		/* another role's name: nothing to say (I8) */
+	n = le_waiting_candidates(name);
 	if (n < 0)
 		PG_RETURN_NULL();
 	PG_RETURN_INT32(n);
