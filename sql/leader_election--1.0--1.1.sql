@@ -34,10 +34,13 @@ SELECT pg_catalog.pg_extension_config_dump('leader_election.terms', '');
 
 /*
  * The server and timeline the term counter was last used on.  When a grant
- * finds itself on another (a promoted standby, a restored backup, an upgraded
- * or restored cluster), the counter first jumps to the next multiple of
- * 2^32: above every term the previous server could have issued from the same
- * counter, even commits that never reached this one.
+ * finds itself on another (a promoted standby, a backup recovered onto a new
+ * timeline, an upgraded or restored cluster), the counter first jumps to the
+ * next multiple of 2^32: above every term the previous server could have
+ * issued from the same counter, even commits that never reached this one.
+ * Normally one row.  A restore adds the dumped row beside the one CREATE
+ * EXTENSION made: anything but exactly one row naming this server and
+ * timeline counts as another server, and the jump rewrites it to one row.
  */
 CREATE TABLE leader_election.term_era (
     system_identifier bigint NOT NULL,
