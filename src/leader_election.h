@@ -7,7 +7,8 @@
  *	  leader_election.c  module load: settings, shared memory, callbacks
  *	  input.c            validation of names, holders and ttls
  *	  identity.c         who the caller is; whether a session holder lives
- *	  lease_store.c      every read and write of the lease and history tables
+ *	  lease_store.c      every read and write of the extension's tables
+ *	  terms.c            where terms come from: one counter per database, eras
  *	  lease_cache.c      the latest committed leases in shared memory
  *	  lease.c            the protocol and the SQL-callable functions
  *	  commit_rules.c     what a transaction that changed a lease must meet at commit
@@ -30,6 +31,7 @@
 
 #include "postgres.h"
 
+#include "access/xlogdefs.h"
 #include "datatype/timestamp.h"
 #include "fmgr.h"
 #include "storage/lock.h"
@@ -145,7 +147,12 @@ extern void le_store_take_over(const char *name, const LeIdentity *who,
 extern void le_store_release(const char *name, const LeaseRow *row,
 							 TimestampTz now);
 extern int64 le_store_count_names(Oid owner);
-extern int64 le_store_next_term(const char *name, int64 old_term);
+extern bool le_store_schema_1_0(void);
+extern int64 le_store_terms_next(void);
+extern void le_store_advance_terms(int64 at_least, bool new_era);
+extern bool le_store_term_era_is(uint64 sysid, TimeLineID tli, bool lock);
+extern void le_store_record_term_era(uint64 sysid, TimeLineID tli);
+extern int64 le_store_history_max_term(const char *name);
 extern void le_store_lock_key(uint8 *key);
 extern Oid	le_store_leases_relid(void);
 extern void le_history_begin(const char *name, int64 term,
@@ -153,6 +160,9 @@ extern void le_history_begin(const char *name, int64 term,
 							 TimestampTz at);
 extern void le_history_end(const char *name, int64 term, TimestampTz at,
 						   LeEndReason reason);
+
+/* terms.c */
+extern int64 le_next_term(const char *name, int64 old_term);
 
 /* lease_cache.c */
 extern Datum le_leases_cache_invalidate(PG_FUNCTION_ARGS);

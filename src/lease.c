@@ -19,7 +19,7 @@
  *     history cannot bring an old term back; on another server or timeline
  *     than the counter was last used on (a promoted standby, a restored or
  *     upgraded cluster) the counter first jumps to a new 2^32 era above
- *     every term the old server could have issued (lease_store.c).  Renewals
+ *     every term the old server could have issued (terms.c).  Renewals
  *     keep the term; release keeps the row and the term.  Only DROP
  *     EXTENSION starts terms again.
  *
@@ -343,7 +343,7 @@ le_try_acquire_from(const char *name, int64 ttl_usecs, const LeIdentity *who,
 								le_max_names_per_role),
 						 errhint("Reuse a name, or raise leader_election.max_names_per_role.")));
 		}
-		term = le_store_next_term(name, 0);
+		term = le_next_term(name, 0);
 		le_store_insert(name, who, term, now, now + ttl_usecs);
 		le_history_begin(name, term, who, GetUserId(), now);
 		le_notify(name, "elected", who->holder, term, "none");
@@ -391,7 +391,7 @@ le_try_acquire_from(const char *name, int64 ttl_usecs, const LeIdentity *who,
 		return false;
 	}
 
-	term = le_store_next_term(name, locked.term);
+	term = le_next_term(name, locked.term);
 	if (locked.holder != NULL)
 	{
 		reason = le_end_reason(&locked, now, &ended_at);

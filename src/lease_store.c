@@ -3,6 +3,9 @@
  * lease_store.c
  *	  Every read and write of leader_election.leases and .history.
  *
+ * Also the storage of the term counter (whose rules are in terms.c) and the
+ * writer locks' secret key.
+ *
  * Reads go straight through the primary key index and take no row lock
  * and write nothing.  le_store_read() sees the state committed at this
  * instant, whatever the isolation level: every decision to write is made on
@@ -37,11 +40,9 @@
 #include "catalog/pg_collation.h"
 #include "catalog/pg_trigger.h"
 #include "catalog/pg_type.h"
-#include "commands/dbcommands.h"
 #include "commands/sequence.h"
 #include "executor/spi.h"
 #include "executor/tuptable.h"
-#include "funcapi.h"
 #include "fmgr.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
@@ -1057,29 +1058,35 @@ le_store_count_names(Oid owner)
 }
 
 /*
- * I2: terms.  Every new term is the next value of leader_election.terms, one
- * counter per database, so a name's terms are never reused whatever rows
- * were deleted.  The counter's value crosses servers with the data (WAL,
- * dump, pg_upgrade), but a standby's copy may lag its primary's (commits
- * that never arrived).  So when a grant finds itself on another server or
- * timeline than the one in leader_election.term_era, the counter first
- * jumps to the next multiple of 2^32: the old server stays within its era
- * (it would need 2^32 grants to leave it), so the new one is above every
- * term it could have issued.
+ * The term counter's storage (the rules are in terms.c): the sequence
+ * leader_election.terms and the table leader_election.term_era.
  */
-static bool le_era_known = false;
-static uint64 le_era_sysid;
-static TimeLineID le_era_tli;
+
+/* Does this database still have the 1.0 objects (before ALTER EXTENSION UPDATE)? */
+bool
+le_store_schema_1_0(void)
+{
+	le_store_load_rels();
+	return le_rels.schema_1_0;
+}
+
+/* The counter's next value (nextval, as the caller: no privilege check). */
+int64
+le_store_terms_next(void)
+{
+	le_store_load_rels();
+	return nextval_internal(le_rels.terms_seq, false);
+}
 
 /*
- * Move the counter forward: to at least at_least, or into the next era.
+ * Move the counter forward: to at least at_least, or into the next 2^32 era.
  * Only ever forward, and one mover at a time (a lock held to the end of the
  * transaction: the moves are rare), so two moves cannot undo each other.
- * Called inside an SPI connection.
  */
-static void
+void
 le_store_advance_terms(int64 at_least, bool new_era)
 {
+	LeSpiCall	call;
 	LOCKTAG		tag;
 	Datum		v[2];
 
@@ -1087,128 +1094,77 @@ le_store_advance_terms(int64 at_least, bool new_era)
 	(void) LockAcquire(&tag, ExclusiveLock, false, false);
 	v[0] = Int64GetDatum(at_least);
 	v[1] = BoolGetDatum(new_era);
+	le_spi_begin(&call);
 	le_spi_run(STMT_ADVANCE_TERMS, v, NULL, false);
+	le_spi_end(&call);
 }
 
-static void
-le_store_enter_era(uint64 sysid, TimeLineID tli)
+/*
+ * Is leader_election.term_era exactly one row naming (sysid, tli)?  With
+ * lock, the rows are locked FOR UPDATE first (and the answer is the latest).
+ */
+bool
+le_store_term_era_is(uint64 sysid, TimeLineID tli, bool lock)
 {
-	static const char *const read_sql =
-		"SELECT system_identifier, timeline FROM leader_election.term_era";
-	static const char *const lock_sql =
-		"SELECT system_identifier, timeline FROM leader_election.term_era FOR UPDATE";
 	LeSpiCall	call;
 	bool		same = false;
 
 	le_spi_begin(&call);
-	for (int pass = 0; pass < 2 && !same; pass++)
+	if (SPI_execute(lock ?
+					"SELECT system_identifier, timeline FROM leader_election.term_era FOR UPDATE" :
+					"SELECT system_identifier, timeline FROM leader_election.term_era",
+					false, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not read leader_election.term_era");
+	if (SPI_processed == 1)
 	{
 		bool		isnull1;
 		bool		isnull2;
-		Datum		d1;
-		Datum		d2;
+		Datum		d1 = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull1);
+		Datum		d2 = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull2);
 
-		if (SPI_execute(pass == 0 ? read_sql : lock_sql, false, 0) != SPI_OK_SELECT)
-			elog(ERROR, "could not read leader_election.term_era");
-		if (SPI_processed != 1)
-			continue;
-		d1 = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull1);
-		d2 = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull2);
 		same = !isnull1 && !isnull2 && (uint64) DatumGetInt64(d1) == sysid &&
 			(TimeLineID) DatumGetInt32(d2) == tli;
 	}
-	if (!same)
-	{
-		Datum		args[2];
-		Oid			types[2] = {INT8OID, INT4OID};
-
-		/* A new era: the next multiple of 2^32 above the counter. */
-		le_store_advance_terms(0, true);
-		args[0] = Int64GetDatum((int64) sysid);
-		args[1] = Int32GetDatum((int32) tli);
-		if (SPI_execute_with_args("DELETE FROM leader_election.term_era", 0, NULL,
-								  NULL, NULL, false, 0) < 0 ||
-			SPI_execute_with_args("INSERT INTO leader_election.term_era "
-								  "(system_identifier, timeline) VALUES ($1, $2)",
-								  2, types, args, NULL, false, 0) != SPI_OK_INSERT)
-			elog(ERROR, "could not record the term era");
-		ereport(LOG,
-				(errmsg("leader_election: terms in database \"%s\" move to a new era on timeline %u",
-						get_database_name(MyDatabaseId), tli),
-				 errdetail("The term counter was last used on another server or timeline; new terms start above every term it could have issued.")));
-	}
 	le_spi_end(&call);
-	/* Known once it is committed; until then each grant looks again. */
-	le_era_known = same;
-	le_era_sysid = sysid;
-	le_era_tli = tli;
+	return same;
 }
 
-/*
- * The next term for `name`, whose row has term old_term (or none, 0).
- *
- * Normally the counter's next value, which is above every term issued here.
- * But rows can arrive without the counter (logical replication of the
- * tables, a restore of some tables only): so the term is also above the
- * row's term and, for a new row, above the name's history, and the counter
- * moves up to it, keeping it above every term issued.  With the 1.0 schema
- * (before ALTER EXTENSION UPDATE): old_term + 1, at least
- * (timeline - 1) * 2^32 + 1, as 1.0 did.
- */
-int64
-le_store_next_term(const char *name, int64 old_term)
+/* Make leader_election.term_era the one row (sysid, tli). */
+void
+le_store_record_term_era(uint64 sysid, TimeLineID tli)
 {
-	int64		term;
-	int64		floor;
+	LeSpiCall	call;
+	Datum		args[2];
+	Oid			types[2] = {INT8OID, INT4OID};
 
-	uint64		sysid = GetSystemIdentifier();
-	TimeLineID	tli = le_current_timeline();
+	args[0] = Int64GetDatum((int64) sysid);
+	args[1] = Int32GetDatum((int32) tli);
+	le_spi_begin(&call);
+	if (SPI_execute("DELETE FROM leader_election.term_era", false, 0) < 0 ||
+		SPI_execute_with_args("INSERT INTO leader_election.term_era "
+							  "(system_identifier, timeline) VALUES ($1, $2)",
+							  2, types, args, NULL, false, 0) != SPI_OK_INSERT)
+		elog(ERROR, "could not record the term era");
+	le_spi_end(&call);
+}
 
-	le_store_load_rels();
-	if (le_rels.schema_1_0)
-	{
-		int64		floor = ((int64) tli - 1) << 32;
+/* The highest term in the name's history, or 0. */
+int64
+le_store_history_max_term(const char *name)
+{
+	LeSpiCall	call;
+	Datum		v[1];
+	bool		isnull;
+	Datum		d;
+	int64		max_term;
 
-		if (old_term == PG_INT64_MAX)
-			ereport(ERROR,
-					(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-					 errmsg("lease has used every term")));
-		return Max(old_term + 1, floor + 1);
-	}
-	if (!le_era_known || le_era_sysid != sysid || le_era_tli != tli)
-		le_store_enter_era(sysid, tli);
-	term = nextval_internal(le_rels.terms_seq, false);
-
-	if (old_term == PG_INT64_MAX)
-		ereport(ERROR,
-				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-				 errmsg("lease \"%s\" has used every term", name)));
-	floor = old_term + 1;
-	if (old_term == 0)
-	{
-		LeSpiCall	call;
-		Datum		v[1];
-		bool		isnull;
-		Datum		d;
-
-		v[0] = CStringGetTextDatum(name);
-		le_spi_begin(&call);
-		le_spi_run(STMT_HISTORY_MAX, v, NULL, true);
-		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
-		if (!isnull && DatumGetInt64(d) < PG_INT64_MAX)
-			floor = Max(floor, DatumGetInt64(d) + 1);
-		le_spi_end(&call);
-	}
-	if (term < floor)
-	{
-		LeSpiCall	call;
-
-		le_spi_begin(&call);
-		le_store_advance_terms(floor, false);
-		le_spi_end(&call);
-		term = nextval_internal(le_rels.terms_seq, false);
-	}
-	return term;
+	v[0] = CStringGetTextDatum(name);
+	le_spi_begin(&call);
+	le_spi_run(STMT_HISTORY_MAX, v, NULL, true);
+	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	max_term = isnull ? 0 : DatumGetInt64(d);
+	le_spi_end(&call);
+	return max_term;
 }
 
 /*
@@ -1268,26 +1224,6 @@ le_new_lock_key(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_INTERNAL_ERROR),
 				 errmsg("could not generate a random lock key")));
 	PG_RETURN_BYTEA_P(k);
-}
-
-/*
- * leader_election.server_identity(): this server's system identifier and
- * the timeline it writes on (the values term_era records).
- */
-PG_FUNCTION_INFO_V1(le_server_identity);
-Datum
-le_server_identity(PG_FUNCTION_ARGS)
-{
-	TupleDesc	desc;
-	Datum		values[2];
-	bool		nulls[2] = {false, false};
-
-	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
-		elog(ERROR, "server_identity must return a composite type");
-	values[0] = Int64GetDatum((int64) GetSystemIdentifier());
-	values[1] = Int32GetDatum((int32) le_server_timeline());
-	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(desc),
-													  values, nulls)));
 }
 
 /* Record the start of a term, keeping at most history_max_terms per name. */
