@@ -128,7 +128,7 @@ extern int64 le_checked_interval(FunctionCallInfo fcinfo, int argno,
 /* identity.c */
 extern LeIdentity le_resolve_identity(const char *explicit_holder);
 extern void le_hold_session_liveness_lock(void);
-extern bool le_session_alive(int32 pid, TimestampTz started);
+extern bool le_session_alive(const char *holder, int32 pid, TimestampTz started);
 extern bool le_is_own_session(int32 pid, TimestampTz started);
 extern TimestampTz le_session_start_value(void);
 

@@ -179,7 +179,7 @@ le_lease_valid(const LeaseRow *row, TimestampTz now)
 	if (!row->found || row->holder == NULL || row->expires_at <= now)
 		return false;
 	if (row->session_pid != 0)
-		return le_session_alive(row->session_pid, row->session_start);
+		return le_session_alive(row->holder, row->session_pid, row->session_start);
 	return true;
 }
 
