@@ -190,6 +190,53 @@ SELECT try_acquire_leader('hist-only', '1 hour', 'h1') AS new_row,
        leader_term('hist-only', 'h1') > 2000000 AS above_its_history;
 SELECT try_acquire_leader('after-them', '1 hour', 'h1') AS new_name,
        leader_term('after-them', 'h1') > 2000000 AS counter_moved_up;
+-- History that arrives for a name that has a row: the next takeover is
+-- above it too.
+SELECT pg_temp.admin($$INSERT INTO leader_election.history (name, term, holder, owner, session_bound, acquired_at)
+                       VALUES ('arrived', 5000000, 'elsewhere', current_user::regrole, false, now())$$);
+SELECT release_leader('arrived', 'h1') AS released,
+       try_acquire_leader('arrived', '1 hour', 'h2') AS h2_takes_over,
+       leader_term('arrived', 'h2') > 5000000 AS above_its_history;
+
+--
+-- The owner index dropped (it is not an extension member): names are then
+-- counted by a scan, and terms still come from the counter.
+--
+DROP INDEX leader_election.leases_owner_idx;
+SELECT leader_term('arrived', 'h2') AS last_term \gset
+SELECT pg_temp.admin($$DELETE FROM leader_election.leases WHERE name = 'arrived'$$);
+SELECT try_acquire_leader('arrived', '1 hour', 'h1') AS after_delete,
+       leader_term('arrived', 'h1') > :last_term AS term_above_every_earlier_one;
+SET leader_election.max_names_per_role = 1000;
+SELECT try_acquire_leader('counted-by-scan', '1 hour', 'h1') AS new_name_counted;
+RESET leader_election.max_names_per_role;
+CREATE INDEX leases_owner_idx ON leader_election.leases (owner);
+
+--
+-- A NOT NULL an administrator adds is enforced on renewals too: the renewal
+-- that would break it fails (23502) and changes nothing.
+--
+SET application_name = 'app1';
+SELECT try_acquire_leader('nn', '1 hour', 'h1') AS acquired;
+ALTER TABLE leader_election.leases ALTER COLUMN application_name SET NOT NULL;
+SET application_name = '';
+SELECT pg_temp.try($$SELECT try_acquire_leader('nn', '1 hour', 'h1')$$) AS renewal_without_app_name;
+SELECT application_name FROM leader_election.leases WHERE name = 'nn';
+ALTER TABLE leader_election.leases ALTER COLUMN application_name DROP NOT NULL;
+RESET application_name;
+
+--
+-- A rule that rewrites what the extension writes: answers follow the rows
+-- (the lease cache steps aside while a rule is on the table).
+--
+CREATE RULE cap_ins AS ON INSERT TO leader_election.leases DO ALSO
+    UPDATE leader_election.leases SET expires_at = clock_timestamp() + interval '200 milliseconds'
+     WHERE name = NEW.name;
+SELECT try_acquire_leader('ruled', '1 hour', 'h1') AS acquired;
+SELECT pg_temp.wait_until_expired('ruled');
+SELECT pg_temp.answers('ruled') AS after_the_rules_expiry,
+       try_acquire_leader('ruled', '1 hour', 'h2') AS h2_takes_over;
+DROP RULE cap_ins ON leader_election.leases;
 
 --
 -- Changes that bypass the cache's triggers: every backend, and every

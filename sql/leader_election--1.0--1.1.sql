@@ -38,17 +38,23 @@ SELECT pg_catalog.pg_extension_config_dump('leader_election.terms', '');
  * timeline, an upgraded or restored cluster), the counter first jumps to the
  * next multiple of 2^32: above every term the previous server could have
  * issued from the same counter, even commits that never reached this one.
+ * first_term is where that server's era began: the jump goes to the era
+ * after it, so grants that race to make the jump agree on where it lands.
  * Normally one row.  A restore adds the dumped row beside the one CREATE
  * EXTENSION made: anything but exactly one row naming this server and
- * timeline counts as another server, and the jump rewrites it to one row.
+ * timeline counts as another server (the jump uses the highest first_term),
+ * and the jump rewrites it to one row.  Row-level security with no policy:
+ * only its owner sees it (not pg_read_all_data).
  */
 CREATE TABLE leader_election.term_era (
     system_identifier bigint NOT NULL,
-    timeline          integer NOT NULL
+    timeline          integer NOT NULL,
+    first_term        bigint NOT NULL
 );
 COMMENT ON TABLE leader_election.term_era IS
-    'One row: the server (system identifier) and timeline that last drew from leader_election.terms; a grant elsewhere first moves the counter to a new 2^32 era';
+    'One row: the server (system identifier) and timeline that last drew from leader_election.terms, and the term its era began at; a grant elsewhere first moves the counter to the next 2^32 era';
 REVOKE ALL ON TABLE leader_election.term_era FROM PUBLIC;
+ALTER TABLE leader_election.term_era ENABLE ROW LEVEL SECURITY;
 SELECT pg_catalog.pg_extension_config_dump('leader_election.term_era', '');
 
 CREATE FUNCTION leader_election.server_identity(OUT system_identifier bigint, OUT timeline integer)
@@ -62,8 +68,6 @@ REVOKE ALL ON FUNCTION leader_election.server_identity() FROM PUBLIC;
  * Carry 1.0's terms over: the counter starts above every term in the tables
  * and above 1.0's floor for this timeline, (timeline - 1) * 2^32.
  */
-INSERT INTO leader_election.term_era (system_identifier, timeline)
-SELECT s.system_identifier, s.timeline FROM leader_election.server_identity() AS s;
 SELECT pg_catalog.setval('leader_election.terms',
            GREATEST(
                (SELECT pg_catalog.max(l.term) FROM leader_election.leases AS l),
@@ -74,6 +78,9 @@ SELECT pg_catalog.setval('leader_election.terms',
            (SELECT pg_catalog.count(*) FROM leader_election.leases) OPERATOR(pg_catalog.>) 0
            OR (SELECT pg_catalog.count(*) FROM leader_election.history) OPERATOR(pg_catalog.>) 0
            OR (SELECT s.timeline FROM leader_election.server_identity() AS s) OPERATOR(pg_catalog.>) 1);
+INSERT INTO leader_election.term_era (system_identifier, timeline, first_term)
+SELECT s.system_identifier, s.timeline, t.last_value
+  FROM leader_election.server_identity() AS s, leader_election.terms AS t;
 
 /*
  * leader_election.max_names_per_role counts a role's names through this
@@ -112,6 +119,8 @@ CREATE TABLE leader_election.lock_key (
 COMMENT ON TABLE leader_election.lock_key IS
     'One row: the secret key of the names'' writer locks; readable only by the extension''s owner';
 REVOKE ALL ON TABLE leader_election.lock_key FROM PUBLIC;
+-- Row-level security with no policy: not even pg_read_all_data reads it.
+ALTER TABLE leader_election.lock_key ENABLE ROW LEVEL SECURITY;
 INSERT INTO leader_election.lock_key SELECT leader_election.new_lock_key();
 /*
  * Backends keep the key once read: if it changed under them, two of them

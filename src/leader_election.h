@@ -149,9 +149,9 @@ extern void le_store_release(const char *name, const LeaseRow *row,
 extern int64 le_store_count_names(Oid owner);
 extern bool le_store_schema_1_0(void);
 extern int64 le_store_terms_next(void);
-extern void le_store_advance_terms(int64 at_least, bool new_era);
-extern bool le_store_term_era_is(uint64 sysid, TimeLineID tli, bool lock);
-extern void le_store_record_term_era(uint64 sysid, TimeLineID tli);
+extern void le_store_advance_terms(int64 at_least);
+extern bool le_store_term_era_read(uint64 sysid, TimeLineID tli, int64 *first_term);
+extern bool le_store_record_term_era(uint64 sysid, TimeLineID tli, int64 first_term);
 extern int64 le_store_history_max_term(const char *name);
 extern void le_store_lock_key(uint8 *key);
 extern Oid	le_store_leases_relid(void);
@@ -183,6 +183,7 @@ extern void le_cache_note_foreign_change(void);
 extern bool le_lease_valid(const LeaseRow *row, TimestampTz now);
 extern bool le_try_acquire(const char *name, int64 ttl_usecs,
 						   const LeIdentity *who, TimestampTz *retry_at);
+extern void le_lock_name_writer(const char *name);
 extern bool le_try_acquire_in_statement(const char *name, int64 ttl_usecs,
 										const LeIdentity *who);
 

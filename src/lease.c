@@ -144,6 +144,17 @@ le_lock_writer(const char *name, bool wait)
 }
 
 /*
+ * The writer lock of a name, waiting for it, for writes made other than by
+ * the functions of this file (name_admin.c): held to the end of the
+ * transaction, so a concurrent try answers false instead of racing them.
+ */
+void
+le_lock_name_writer(const char *name)
+{
+	(void) le_lock_writer(name, true);
+}
+
+/*
  * Give the writer lock back when this call wrote nothing.  If an earlier
  * call in this transaction wrote, the lock count keeps it held.
  */

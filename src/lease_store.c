@@ -200,11 +200,28 @@ le_store_has_cache_triggers(Relation rel, bool *only_ours)
 	return rows && truncate;
 }
 
+/* Are the NOT NULL columns exactly the install script's (name, owner, term)? */
+static bool
+le_store_not_null_as_installed(Relation rel)
+{
+	TupleDesc	desc = RelationGetDescr(rel);
+
+	for (int i = 0; i < desc->natts; i++)
+	{
+		bool		installed = (i == COL_NAME || i == COL_OWNER || i == COL_TERM);
+
+		if (TupleDescAttr(desc, i)->attnotnull != installed)
+			return false;
+	}
+	return true;
+}
+
 /*
  * May renewals skip the executor (le_store_renew_in_place)?  Only while the
  * table is as installed: exactly its two indexes, which that path maintains
  * itself, and nothing else the executor would apply to an UPDATE: no other
- * trigger, no rule, no CHECK constraint, no row-level security that applies
+ * trigger, no rule, no CHECK or added NOT NULL constraint, no row-level
+ * security that applies
  * to the table's owner (writes run as the owner, whom policies skip unless
  * FORCE ROW LEVEL SECURITY).  An index,
  * trigger or constraint an administrator adds sends renewals through the
@@ -216,9 +233,11 @@ le_store_has_installed_shape(Relation rel, bool only_our_triggers)
 	List	   *indexes = RelationGetIndexList(rel);
 	bool		ok;
 
-	ok = list_length(indexes) == (le_rels.schema_1_0 ? 1 : 2) &&
+	ok = list_length(indexes) == (OidIsValid(le_rels.leases_owner_idx) ? 2 : 1) &&
 		list_member_oid(indexes, le_rels.leases_pkey) &&
-		(le_rels.schema_1_0 || list_member_oid(indexes, le_rels.leases_owner_idx)) &&
+		(!OidIsValid(le_rels.leases_owner_idx) ||
+		 list_member_oid(indexes, le_rels.leases_owner_idx)) &&
+		le_store_not_null_as_installed(rel) &&
 		only_our_triggers &&
 		rel->rd_rules == NULL &&
 		!(rel->rd_rel->relrowsecurity && rel->rd_rel->relforcerowsecurity) &&
@@ -264,19 +283,23 @@ le_store_load_rels(void)
 	 * invalidates it, so every backend switches at its next call; its
 	 * ShareLock waits for the writers in flight.
 	 */
-	le_rels.schema_1_0 = !OidIsValid(le_rels.leases_owner_idx) ||
-		!OidIsValid(le_rels.terms_seq) || !OidIsValid(le_rels.lock_key_rel);
+	le_rels.schema_1_0 = !OidIsValid(le_rels.terms_seq);
+	if (!le_rels.schema_1_0 && !OidIsValid(le_rels.lock_key_rel))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("leader_election.lock_key is missing"),
+				 errhint("Re-create the extension, or restore the table.")));
 
 	rel = table_open(le_rels.leases, AccessShareLock);
 	le_store_check_columns(rel);
 	le_rels.table_owner = rel->rd_rel->relowner;
 	/*
-	 * Another trigger may rewrite the rows the extension writes (a BEFORE
-	 * trigger setting NEW.expires_at), and the cache learns what the
-	 * extension meant to write: so no cache while there is one.
+	 * Another trigger, or a rule, may rewrite the rows the extension writes
+	 * (a BEFORE trigger setting NEW.expires_at), and the cache learns what
+	 * the extension meant to write: so no cache while there is one.
 	 */
 	le_rels.cache_triggers_ok = le_store_has_cache_triggers(rel, &only_ours) &&
-		only_ours;
+		only_ours && rel->rd_rules == NULL;
 	le_rels.fast_path_ok = le_store_has_installed_shape(rel, only_ours);
 	table_close(rel, NoLock);
 	le_rels.valid = true;
@@ -513,7 +536,7 @@ le_store_renew_in_place(const char *name, const LeaseRow *row,
 				bool		key_null = false;
 				index_insert(lk.idx, &key, &key_null, &newtup->t_self, lk.rel,
 							 UNIQUE_CHECK_YES, true, BuildIndexInfo(lk.idx));
-				if (!le_rels.schema_1_0)
+				if (OidIsValid(le_rels.leases_owner_idx))
 				{
 					Relation	owner_idx = index_open(le_rels.leases_owner_idx,
 													   RowExclusiveLock);
@@ -640,13 +663,11 @@ static const LeStmtDef le_stmts[STMT_COUNT] = {
 		"WHERE name OPERATOR(pg_catalog.=) $1",
 		1, {TEXTOID}
 	},
-	/* Only forward: to at least $1, or to the next 2^32 era if $2. */
+	/* Only forward: to at least $1. */
 	[STMT_ADVANCE_TERMS] = {
 		"SELECT pg_catalog.setval('leader_election.terms', "
-		"GREATEST(s.last_value, $1, CASE WHEN $2 THEN "
-		"((s.last_value OPERATOR(pg_catalog.>>) 32) OPERATOR(pg_catalog.+) 1) "
-		"OPERATOR(pg_catalog.<<) 32 ELSE 0 END)) FROM leader_election.terms AS s",
-		2, {INT8OID, BOOLOID}
+		"GREATEST(s.last_value, $1)) FROM leader_election.terms AS s",
+		1, {INT8OID}
 	},
 	[STMT_HISTORY_END] = {
 		"UPDATE leader_election.history SET ended_at = $3, end_reason = $4 "
@@ -999,7 +1020,7 @@ le_store_lock_row(const char *name, bool for_takeover)
 	return LE_ROW_BUSY;
 }
 
-/* The 1.0 schema has no index on owner: count with a scan. */
+/* Without leases_owner_idx (1.0, or dropped): count with a scan. */
 static int64
 le_store_count_names_1_0(Oid owner)
 {
@@ -1037,7 +1058,7 @@ le_store_count_names(Oid owner)
 	int64		count = 0;
 
 	le_store_load_rels();
-	if (le_rels.schema_1_0)
+	if (!OidIsValid(le_rels.leases_owner_idx))
 		return le_store_count_names_1_0(owner);
 	rel = table_open(le_rels.leases, AccessShareLock);
 	idx = index_open(le_rels.leases_owner_idx, AccessShareLock);
@@ -1079,73 +1100,102 @@ le_store_terms_next(void)
 }
 
 /*
- * Move the counter forward: to at least at_least, or into the next 2^32 era.
- * Only ever forward, and one mover at a time (a lock held to the end of the
- * transaction: the moves are rare), so two moves cannot undo each other.
+ * Move the counter forward to at least at_least.  Only ever forward, and one
+ * mover at a time, so two moves cannot undo each other.  setval takes effect
+ * at once, whatever becomes of the transaction, so the lock is held only
+ * around it: nobody waits behind the mover's transaction.
  */
 void
-le_store_advance_terms(int64 at_least, bool new_era)
+le_store_advance_terms(int64 at_least)
 {
 	LeSpiCall	call;
 	LOCKTAG		tag;
-	Datum		v[2];
+	Datum		v[1];
 
 	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, 0, 0, LE_LOCKTAG_TERMS);
-	(void) LockAcquire(&tag, ExclusiveLock, false, false);
-	v[0] = Int64GetDatum(at_least);
-	v[1] = BoolGetDatum(new_era);
-	le_spi_begin(&call);
-	le_spi_run(STMT_ADVANCE_TERMS, v, NULL, false);
-	le_spi_end(&call);
+	(void) LockAcquire(&tag, ExclusiveLock, true, false);
+	PG_TRY();
+	{
+		v[0] = Int64GetDatum(at_least);
+		le_spi_begin(&call);
+		le_spi_run(STMT_ADVANCE_TERMS, v, NULL, false);
+		le_spi_end(&call);
+	}
+	PG_FINALLY();
+	{
+		LockRelease(&tag, ExclusiveLock, true);
+	}
+	PG_END_TRY();
 }
 
 /*
- * Is leader_election.term_era exactly one row naming (sysid, tli)?  With
- * lock, the rows are locked FOR UPDATE first (and the answer is the latest).
+ * Is leader_election.term_era exactly one row naming (sysid, tli)?  Read
+ * without a lock; *first_term is the highest first_term of its rows (0 if
+ * there are none).
  */
 bool
-le_store_term_era_is(uint64 sysid, TimeLineID tli, bool lock)
+le_store_term_era_read(uint64 sysid, TimeLineID tli, int64 *first_term)
 {
 	LeSpiCall	call;
 	bool		same = false;
 
+	*first_term = 0;
 	le_spi_begin(&call);
-	if (SPI_execute(lock ?
-					"SELECT system_identifier, timeline FROM leader_election.term_era FOR UPDATE" :
-					"SELECT system_identifier, timeline FROM leader_election.term_era",
+	if (SPI_execute("SELECT system_identifier, timeline, first_term FROM leader_election.term_era",
 					false, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not read leader_election.term_era");
-	if (SPI_processed == 1)
+	for (uint64 i = 0; i < SPI_processed; i++)
 	{
-		bool		isnull1;
-		bool		isnull2;
-		Datum		d1 = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull1);
-		Datum		d2 = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull2);
+		bool		isnull[3];
+		Datum		d1 = SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull[0]);
+		Datum		d2 = SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2, &isnull[1]);
+		Datum		d3 = SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 3, &isnull[2]);
 
-		same = !isnull1 && !isnull2 && (uint64) DatumGetInt64(d1) == sysid &&
-			(TimeLineID) DatumGetInt32(d2) == tli;
+		if (!isnull[2])
+			*first_term = Max(*first_term, DatumGetInt64(d3));
+		if (SPI_processed == 1)
+			same = !isnull[0] && !isnull[1] && (uint64) DatumGetInt64(d1) == sysid &&
+				(TimeLineID) DatumGetInt32(d2) == tli;
 	}
 	le_spi_end(&call);
 	return same;
 }
 
-/* Make leader_election.term_era the one row (sysid, tli). */
-void
-le_store_record_term_era(uint64 sysid, TimeLineID tli)
+/*
+ * Make leader_election.term_era the one row (sysid, tli, first_term), unless
+ * another transaction is doing the same right now (its rows are locked):
+ * then leave it to that one and return false.  Nobody waits.
+ */
+bool
+le_store_record_term_era(uint64 sysid, TimeLineID tli, int64 first_term)
 {
 	LeSpiCall	call;
-	Datum		args[2];
-	Oid			types[2] = {INT8OID, INT4OID};
+	Datum		args[3];
+	Oid			types[3] = {INT8OID, INT4OID, INT8OID};
+	uint64		total;
+	bool		recorded = false;
 
 	args[0] = Int64GetDatum((int64) sysid);
 	args[1] = Int32GetDatum((int32) tli);
+	args[2] = Int64GetDatum(first_term);
 	le_spi_begin(&call);
-	if (SPI_execute("DELETE FROM leader_election.term_era", false, 0) < 0 ||
-		SPI_execute_with_args("INSERT INTO leader_election.term_era "
-							  "(system_identifier, timeline) VALUES ($1, $2)",
-							  2, types, args, NULL, false, 0) != SPI_OK_INSERT)
-		elog(ERROR, "could not record the term era");
+	if (SPI_execute("SELECT 1 FROM leader_election.term_era", false, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not read leader_election.term_era");
+	total = SPI_processed;
+	if (SPI_execute("SELECT 1 FROM leader_election.term_era FOR UPDATE SKIP LOCKED",
+					false, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not lock leader_election.term_era");
+	if (SPI_processed == total)
+	{
+		if (SPI_execute("DELETE FROM leader_election.term_era", false, 0) < 0 ||
+			SPI_execute_with_args("INSERT INTO leader_election.term_era "
+								  "(system_identifier, timeline, first_term) VALUES ($1, $2, $3)",
+								  3, types, args, NULL, false, 0) != SPI_OK_INSERT)
+			elog(ERROR, "could not record the term era");
+		recorded = true;
+	}
 	le_spi_end(&call);
+	return recorded;
 }
 
 /* The highest term in the name's history, or 0. */

@@ -41,6 +41,8 @@ le_admin_change_begin(PG_FUNCTION_ARGS)
 
 	PreventCommandDuringRecovery("a change of a lease name");
 	PreventCommandIfReadOnly("a change of a lease name");
+	le_lock_name_writer(name);
 	le_xact_touched(name);
+	le_commit_note_write(name, 0);
 	PG_RETURN_TEXT_P(cstring_to_text(name));
 }

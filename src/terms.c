@@ -13,18 +13,22 @@
  *	  pg_upgrade), but a standby's copy may lag its primary's: commits that
  *	  never arrived.  So when a grant finds itself on another server or
  *	  timeline than the one recorded in leader_election.term_era, the counter
- *	  first jumps to the next multiple of 2^32.  The old server stays within
- *	  its era (it would need 2^32 grants to leave it: it jumps only when it
- *	  finds itself elsewhere), so the new one is above every term it could
- *	  have issued.  Each backend remembers the era it checked for its
- *	  (server, timeline) and looks again when either changes.
+ *	  first jumps to the 2^32 era after the one the recorded server began
+ *	  in.  The old server stays within its era (it would need 2^32 grants to
+ *	  leave it: it jumps only when it finds itself elsewhere), so the new one
+ *	  is above every term it could have issued.  Each backend remembers the
+ *	  era it checked for its (server, timeline) and looks again when either
+ *	  changes.
  *
  *	  Rows without the counter.  Rows can arrive without it (logical
  *	  replication of the tables, a restore of some tables only), so a term
- *	  is also above the name's row and, for a new row, above the name's
- *	  history; the counter then moves up to it.
+ *	  is also above the name's row and its history; the counter then moves
+ *	  up to it.  (Such a move can cross into a later era; a standby that had
+ *	  not received it when promoted jumps only one era above what it has:
+ *	  documented.)
  *
- * The counter only moves forward, one mover at a time (lease_store.c).
+ * The counter only moves forward, one mover at a time (lease_store.c), and
+ * no grant waits for another's transaction to make a move.
  * What can still move it back is documented (README): setval, RESTART, a
  * data-only restore of an older dump into the same database, two copies of
  * one data directory running as primaries.
@@ -50,17 +54,28 @@ static bool le_era_known = false;
 static uint64 le_era_sysid;
 static TimeLineID le_era_tli;
 
-/* Make sure the counter is in an era of this server and timeline. */
+/*
+ * Make sure the counter is in an era of this server and timeline: the era
+ * after the one the recorded server began at.  Grants that race here (all
+ * of a failover's first grants) compute the same target, so the counter
+ * jumps once; none waits for another (lease_store.c).
+ */
 static void
 le_enter_era(uint64 sysid, TimeLineID tli)
 {
-	bool		same = le_store_term_era_is(sysid, tli, false) ||
-		le_store_term_era_is(sysid, tli, true);
+	int64		first_term;
+	bool		same = le_store_term_era_read(sysid, tli, &first_term);
 
 	if (!same)
 	{
-		le_store_advance_terms(0, true);
-		le_store_record_term_era(sysid, tli);
+		int64		era = (first_term >> 32) + 1;
+
+		if (era >= (INT64CONST(1) << 31))
+			ereport(ERROR,
+					(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+					 errmsg("the term counter has no era left")));
+		le_store_advance_terms(era << 32);
+		(void) le_store_record_term_era(sysid, tli, era << 32);
 		ereport(LOG,
 				(errmsg("leader_election: terms in database \"%s\" move to a new era on timeline %u",
 						get_database_name(MyDatabaseId), tli),
@@ -94,7 +109,6 @@ le_next_term(const char *name, int64 old_term)
 		le_enter_era(sysid, tli);
 	term = le_store_terms_next();
 
-	if (old_term == 0)
 	{
 		int64		history = le_store_history_max_term(name);
 
@@ -106,7 +120,7 @@ le_next_term(const char *name, int64 old_term)
 	}
 	if (term < floor)
 	{
-		le_store_advance_terms(floor, false);
+		le_store_advance_terms(floor);
 		term = le_store_terms_next();
 	}
 	return term;

@@ -87,6 +87,22 @@ is($standby->safe_psql('postgres',
 $standby->promote;
 ok(le_poll($standby, 'SELECT NOT pg_is_in_recovery()'), 'standby promoted');
 
+# The first grants on the new timeline move the term counter to a new era;
+# none of them waits for another's transaction (a role holding its first
+# grant's transaction open must not hold up everybody's failover).
+my $slow = le_session($standby);
+$slow->query_safe('BEGIN');
+is($slow->query_safe(q{SELECT try_acquire_leader('first-after', '1 hour', 'slow')}),
+	't', 'a first grant after promotion, its transaction left open');
+is(le_sqlstate($standby, q{SET statement_timeout = '10s';
+		SELECT try_acquire_leader('second-after', '1 hour', 'quick')}),
+	'', 'another grant meanwhile does not wait for it');
+$slow->query_safe('COMMIT');
+le_quit($slow);
+my %era = map { split /\|/ } split /\n/, $standby->safe_psql('postgres',
+	q{SELECT name, term >> 32 FROM leader_election.leases WHERE name IN ('first-after', 'second-after')});
+is($era{'first-after'}, $era{'second-after'}, 'both drew from the same new era (one jump)');
+
 # The new primary cannot see the old primary's sessions end: their leases
 # keep their replicated expires_at, and the ttl decides, as on a standby.
 is($standby->safe_psql('postgres', q{SELECT try_acquire_leader('sess', '1 hour', 'new')}),
