@@ -160,6 +160,8 @@ extern bool le_try_acquire(const char *name, int64 ttl_usecs,
 						   const LeIdentity *who, TimestampTz *retry_at);
 extern bool le_try_acquire_in_statement(const char *name, int64 ttl_usecs,
 										const LeIdentity *who);
+extern bool le_release_term(const char *name, const LeIdentity *who,
+							int64 term);
 
 /* wakeup.c */
 extern Size le_wakeup_shmem_size(void);
