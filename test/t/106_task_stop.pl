@@ -42,7 +42,7 @@ BEGIN
 END $$;
 ALTER PROCEDURE public.stubborn(bigint) OWNER TO app;
 SET ROLE app;
-SELECT leader_election.register_task('stop1', 'public.stubborn(bigint)', '1 hour', '30 seconds');
+SELECT leader_election.register_task('stop1', 'public.stubborn(bigint)', '1 second', '30 seconds');
 });
 
 sub rsql { return $node->safe_psql('rdb', $_[0]); }
@@ -118,7 +118,7 @@ ok(rdb_poll(q{SELECT holder IS NULL FROM leader_election.leases WHERE name = 'st
 
 # fast shutdown
 rsql(q{SET ROLE app;
-	SELECT leader_election.register_task('stop1', 'public.stubborn(bigint)', '1 hour', '30 seconds')});
+	SELECT leader_election.register_task('stop1', 'public.stubborn(bigint)', '1 second', '30 seconds')});
 $pid = running_worker($pid);
 ok($pid, "registered again (worker $pid)");
 $term = rsql("SELECT max(term) FROM public.ticks WHERE pid = $pid");

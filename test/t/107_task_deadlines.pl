@@ -82,17 +82,18 @@ le_send($app, q{CALL public.campaign('wd')});
 my $launcher = $node->safe_psql('postgres', q{SELECT pid FROM pg_stat_activity
 	WHERE backend_type = 'leader_election launcher'});
 kill 'STOP', $launcher;
+# The lease's expiry as it stands now that nobody renews it.
+my $expires = $node->safe_psql('postgres', q{SELECT expires_at FROM leader_election.leases WHERE name = 'wd'});
 my @won = le_collect($app, 60);
 kill 'CONT', $launcher;
 ok(@won, 'the application won the lease');
-my ($expiry, $last_ms, $won_ms, $alive) = split /\|/, $node->safe_psql('postgres', qq{
-	SELECT h.ended_at,
-	       round(extract(epoch FROM (SELECT max(at) FROM public.ticks WHERE task = 'wd' AND term = $term) - h.ended_at) * 1000, 1),
-	       round(extract(epoch FROM w.at - h.ended_at) * 1000, 1), w.workers
+my ($last_ms, $won_ms, $alive, $how) = split /\|/, $node->safe_psql('postgres', qq{
+	SELECT round(extract(epoch FROM (SELECT max(at) FROM public.ticks WHERE task = 'wd' AND term = $term) - '$expires') * 1000, 1),
+	       round(extract(epoch FROM w.at - '$expires') * 1000, 1), w.workers, h.end_reason
 	  FROM leader_election.history h, public.won w
 	 WHERE h.name = 'wd' AND h.term = $term AND w.name = 'wd'});
 note("ttl 6 s, launcher frozen: the last tick of term $term committed $last_ms ms after its expiry "
-	. "(negative: before); the application won $won_ms ms after it");
+	. "(negative: before); the application won $won_ms ms after it (the term ended: $how)");
 cmp_ok($last_ms, '<', 0, 'nothing of the old term committed at or after its expiry');
 is($alive, '0', 'the old run\'s worker was gone when the application won');
 is($node->safe_psql('postgres', qq{SELECT status FROM leader_election.task_runs
@@ -110,27 +111,29 @@ SKIP:
 	$worker = le_worker_pid($node, 'late');
 
 	# gdb: stop at the first commit that writes an xid (the one that takes
-	# the lease and records the run), let it finish, then hold the process
-	# for 6 s (3 ttl) before letting it go.
+	# the lease and records the run), let it finish (stop where
+	# CommitTransactionCommand returns to), then hold the process for 6 s
+	# (3 ttl) before letting it go.
 	my $dir = tempdir(CLEANUP => 1);
 	open my $fh, '>', "$dir/stall.py" or die;
 	print $fh <<"EOF";
 import gdb, time
 gdb.execute('handle all nostop noprint pass')
-class AfterCommit(gdb.FinishBreakpoint):
-    def stop(self):
-        return True
+ret = []
 class Commit(gdb.Breakpoint):
     def stop(self):
         f = gdb.newest_frame()
         while f is not None and f.name() != 'CommitTransactionCommand':
             f = f.older()
-        if f is not None:
-            AfterCommit(f, internal=True)
-            self.enabled = False
-        return False
-Commit('SyncRepWaitForLSN')
+        if f is None or f.older() is None:
+            return False
+        ret.append(f.older().pc())
+        return True
+b = Commit('SyncRepWaitForLSN')
 open('$dir/ready', 'w').write('ready')
+gdb.execute('continue')
+b.delete()
+gdb.execute('tbreak *%d' % ret[0])
 gdb.execute('continue')
 open('$dir/stalled', 'w').write('stalled')
 time.sleep(6)
