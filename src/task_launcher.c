@@ -449,12 +449,14 @@ le_launcher_scan(MemoryContext cxt)
 		LeTask	   *tasks = NULL;
 		int			ntasks = 0;
 		bool		bgworkers_full = false;
+		bool		installed;
 		HASH_SEQ_STATUS seq;
 		LeTaskInfo *info;
 		TimestampTz now;
 
 		le_task_xact_begin();
-		if (le_extension_installed())
+		installed = le_extension_installed();
+		if (installed)
 		{
 			LeTask	   *enabled;
 			int			nenabled;
@@ -589,7 +591,8 @@ le_launcher_scan(MemoryContext cxt)
 				info->state_written = le_task_set_state(info->id, info->state);
 		}
 
-		le_close_dead_runs();
+		if (installed)
+			le_close_dead_runs();
 		le_task_xact_commit();
 	}
 	PG_CATCH();

@@ -297,7 +297,7 @@ le_task_disable(const LeTask *t, const char *reason)
 	values[2] = ObjectIdGetDatum(t->owner);
 	values[3] = CStringGetTextDatum(reason);
 	le_exec_as_task_tables_owner("UPDATE leader_election.tasks SET enabled = false, disabled_reason = $4,"
-								 " last_status = 'skipped'"
+								 " last_status = 'skipped', runner_state = NULL"
 								 " WHERE id OPERATOR(pg_catalog.=) (SELECT l.id FROM leader_election.tasks AS l"
 								 "   WHERE l.id OPERATOR(pg_catalog.=) $1 AND l.name OPERATOR(pg_catalog.=) $2"
 								 "   AND l.owner OPERATOR(pg_catalog.=) $3 FOR NO KEY UPDATE SKIP LOCKED)",
@@ -524,7 +524,8 @@ le_set_enabled(FunctionCallInfo fcinfo, bool enabled)
 	values[1] = BoolGetDatum(enabled);
 	PG_RETURN_BOOL(le_change_own_task(name,
 									  enabled ? "enable_task()" : "disable_task()",
-									  "UPDATE leader_election.tasks SET enabled = $2, disabled_reason = NULL"
+									  "UPDATE leader_election.tasks SET enabled = $2, disabled_reason = NULL,"
+									  " runner_state = CASE WHEN $2 THEN runner_state END"
 									  " WHERE id OPERATOR(pg_catalog.=) $1",
 									  2, types, values));
 }
