@@ -621,23 +621,29 @@ le_run_task(LeTaskSlot *slot, const LeTask *t, int64 term, int64 run_id,
 
 	le_publish_run(slot, run_id, term, t->ttl_usecs, expires);
 
-	/* Arm the watchdog before anything else can delay the worker. */
-	le_block_our_signals(true);
-	le_run_ttl = t->ttl_usecs;
-	le_stop_deadline = 0;
-	le_watchdog_cancelled = false;
-	le_watchdog_killed = false;
-	le_worker_in_run = true;
-	le_watchdog_check();
-	le_block_our_signals(false);
-
-	/* No CALL without enough lease left, measured after the commit. */
+	/*
+	 * No CALL without enough lease left, measured after the commit; checked
+	 * again once the watchdog is armed, which covers any delay after that.
+	 */
 	now = GetCurrentTimestamp();
-	if (!le_worker_shutdown && !QueryCancelPending &&
-		expires - now >= LE_TASK_START_MARGIN(t->ttl_usecs))
+	if (!le_worker_shutdown && expires - now >= LE_TASK_START_MARGIN(t->ttl_usecs))
 	{
-		started = true;
-		edata = le_call_procedure(t, term, cxt);
+		le_block_our_signals(true);
+		le_run_ttl = t->ttl_usecs;
+		le_stop_deadline = 0;
+		le_watchdog_cancelled = false;
+		le_watchdog_killed = false;
+		le_worker_in_run = true;
+		le_watchdog_check();
+		le_block_our_signals(false);
+
+		now = GetCurrentTimestamp();
+		if (!le_worker_shutdown && !QueryCancelPending &&
+			expires - now >= LE_TASK_START_MARGIN(t->ttl_usecs))
+		{
+			started = true;
+			edata = le_call_procedure(t, term, cxt);
+		}
 	}
 
 	le_block_our_signals(true);
@@ -651,8 +657,7 @@ le_run_task(LeTaskSlot *slot, const LeTask *t, int64 term, int64 run_id,
 	if (!started)
 		le_record_end(t->id, run_id, "skipped", le_worker_shutdown ?
 					  "the task worker was told to stop before the run started" :
-					  psprintf("not started: less than %s of the ttl was left on the lease after the run was recorded (the worker was delayed)",
-							   "half"));
+					  "not started: less than half the ttl was left on the lease after the run was recorded (the worker was delayed)");
 	else if (edata == NULL)
 		le_record_end(t->id, run_id, "succeeded", NULL);
 	else if (edata->sqlerrcode == ERRCODE_QUERY_CANCELED && cancelled)
