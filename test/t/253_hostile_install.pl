@@ -231,7 +231,7 @@ $node->safe_psql('postgres', q{
 });
 is($node->safe_psql('postgres',
 		q{SELECT extversion FROM pg_extension WHERE extname = 'leader_election'}),
-	'1.0', 'CREATE EXTENSION succeeds with the traps first on search_path');
+	'1.1', 'CREATE EXTENSION succeeds with the traps first on search_path');
 check_clean('during CREATE EXTENSION');
 
 # The stored expressions name pg_catalog's objects.  Deparsed with the traps
