@@ -184,7 +184,7 @@ while (time() - $t0 < $seconds)
 		next unless $l;
 		my $t = $names[int(rand(@names))];
 		my $app = IPC::Run::start(['psql', '-XAtq', '-d', $node->connstr('postgres'),
-			'-c', "SET ROLE app; CALL soak.app('$t')"], '>', \my $o, '2>', \my $e);
+			'-c', 'SET ROLE app', '-c', "CALL soak.app('$t')"], '>', \my $o, '2>', \my $e);
 		kill 'STOP', $l;
 		usleep(int(3_000_000 + rand(5_000_000)));
 		kill 'CONT', $l;
