@@ -186,6 +186,8 @@ extern bool le_try_acquire(const char *name, int64 ttl_usecs,
 extern void le_lock_name_writer(const char *name);
 extern bool le_try_acquire_in_statement(const char *name, int64 ttl_usecs,
 										const LeIdentity *who);
+extern bool le_release_term(const char *name, const LeIdentity *who,
+							int64 term);
 
 /* commit_rules.c */
 extern void le_commit_note_write(const char *name, TimestampTz expires_at);

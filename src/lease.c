@@ -524,6 +524,36 @@ release_leader(PG_FUNCTION_ARGS)
 }
 
 /*
+ * Release name if who holds it in exactly this term, valid or not; true if
+ * released.  For the task runner, whose workers share one holder identity:
+ * a worker that stops must never end a later term of that identity (issue
+ * 17).  Same steps as release_leader().
+ */
+bool
+le_release_term(const char *name, const LeIdentity *who, int64 term)
+{
+	LeaseRow	row;
+	TimestampTz now;
+
+	le_store_read(name, &row);
+	if (!le_is_mine(&row, who) || row.term != term)
+		return false;
+	(void) le_lock_writer(name, true);
+	le_store_read(name, &row);
+	if (!le_is_mine(&row, who) || row.term != term)
+	{
+		le_unlock_writer(name);
+		return false;
+	}
+	now = GetCurrentTimestamp();
+	le_history_end(name, row.term, now, LE_END_RELEASED);
+	le_store_release(name, &row, now);
+	le_notify(name, "released", who->holder, row.term, "released");
+	le_xact_touched(name);
+	return true;
+}
+
+/*
  * assert_leader(name text, term bigint, holder text) returns bigint
  *
  * I6.  Raises ERRCODE_LE_NOT_LEADER (LE001) unless the caller holds a valid

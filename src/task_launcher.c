@@ -24,6 +24,7 @@
 
 #include "access/xact.h"
 #include "access/xlog.h"
+#include "catalog/pg_type.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
@@ -32,6 +33,8 @@
 #include "storage/latch.h"
 #include "storage/lwlock.h"
 #include "storage/shmem.h"
+#include "utils/array.h"
+#include "utils/hsearch.h"
 #include "utils/memutils.h"
 
 #include "compat.h"
@@ -182,6 +185,8 @@ le_compute_identity(char *buf)
 
 /* ---- the launcher's slots ---- */
 
+/* ---- the launcher's slots ---- */
+
 /*
  * What the launcher remembers about a slot it handed out.  A slot in use
  * without a handle belongs to a worker of a previous launcher that is still
@@ -191,11 +196,61 @@ typedef struct LeLauncherSlot
 {
 	BackgroundWorkerHandle *handle;
 	char	   *name;			/* lease name of the task */
+	TimestampTz started;		/* when the worker was started */
 	TimestampTz last_renewal;	/* last renewal attempt during a run */
-	bool		stopping;		/* asked to terminate */
 } LeLauncherSlot;
 
 static LeLauncherSlot *le_launcher_slots;
+
+/*
+ * What the launcher remembers about a task across scans: its worker's
+ * deaths in a row (task_runner.h, "Worker deaths") and the state it shows
+ * in tasks.runner_state.  Forgotten once the task is no longer enabled.
+ */
+typedef struct LeTaskInfo
+{
+	int64		id;				/* hash key */
+	char		name[LE_MAX_NAME_BYTES + 1];
+	int			deaths;
+	TimestampTz retry_at;		/* no worker before this */
+	char		last_error[LE_TASK_ERROR_LEN];
+	char		state[128];		/* what the task should show */
+	bool		state_written;	/* tasks.runner_state says state */
+	bool		seen;			/* enabled in this scan */
+} LeTaskInfo;
+
+static HTAB *le_task_info = NULL;
+
+static LeTaskInfo *
+le_info(int64 id, const char *name)
+{
+	bool		found;
+	LeTaskInfo *info = hash_search(le_task_info, &id, HASH_ENTER, &found);
+
+	if (!found)
+	{
+		memset(((char *) info) + sizeof(int64), 0, sizeof(LeTaskInfo) - sizeof(int64));
+		strlcpy(info->name, name, sizeof(info->name));
+	}
+	return info;
+}
+
+/*
+ * Set the state a task shows; a waiting state is logged once, when the
+ * task enters it.
+ */
+static void
+le_info_state(LeTaskInfo *info, const char *state, const char *detail)
+{
+	if (strcmp(info->state, state) == 0)
+		return;
+	strlcpy(info->state, state, sizeof(info->state));
+	info->state_written = false;
+	if (strncmp(state, "waiting", 7) == 0)
+		ereport(LOG,
+				(errmsg("leader_election: task \"%s\" waits%s", info->name, state + strlen("waiting")),
+				 detail ? errdetail_internal("%s", detail) : 0));
+}
 
 static void
 le_free_slot(int i)
@@ -205,6 +260,8 @@ le_free_slot(int i)
 	SpinLockAcquire(&slot->mutex);
 	slot->in_use = false;
 	slot->task_id = 0;
+	slot->name[0] = '\0';
+	slot->stopping = false;
 	slot->pid = 0;
 	slot->running = false;
 	slot->cancel_requested = false;
@@ -216,6 +273,22 @@ le_free_slot(int i)
 	memset(&le_launcher_slots[i], 0, sizeof(LeLauncherSlot));
 }
 
+/* Tell slot i's worker to stop; from now on its lease is not renewed. */
+static void
+le_stop_slot(int i)
+{
+	LeTaskSlot *slot = &le_tasks->slots[i];
+	bool		first;
+
+	SpinLockAcquire(&slot->mutex);
+	first = !slot->stopping;
+	slot->stopping = true;
+	SpinLockRelease(&slot->mutex);
+	if (first && le_launcher_slots[i].handle != NULL)
+		TerminateBackgroundWorker(le_launcher_slots[i].handle);
+}
+
+/* Start a worker for t in slot i; false if no background worker was free. */
 static bool
 le_start_worker(const LeTask *t, int i)
 {
@@ -229,9 +302,13 @@ le_start_worker(const LeTask *t, int i)
 	SpinLockAcquire(&slot->mutex);
 	slot->in_use = true;
 	slot->task_id = t->id;
+	strlcpy(slot->name, t->name, sizeof(slot->name));
+	slot->stopping = false;
 	slot->pid = 0;
 	slot->running = false;
 	slot->cancel_requested = false;
+	slot->exit_expected = false;
+	slot->last_error[0] = '\0';
 	SpinLockRelease(&slot->mutex);
 
 	le_init_bgworker(&worker, "le_task_worker_main", "leader_election task");
@@ -250,17 +327,60 @@ le_start_worker(const LeTask *t, int i)
 	MemoryContextSwitchTo(old);
 	if (!started)
 	{
-		ereport(LOG,
-				(errmsg("leader_election: could not start a worker for task \"%s\"", t->name),
-				 errhint("Raise max_worker_processes.")));
 		le_free_slot(i);
 		return false;
 	}
 	le_launcher_slots[i].handle = handle;
 	le_launcher_slots[i].name = MemoryContextStrdup(TopMemoryContext, t->name);
+	le_launcher_slots[i].started = GetCurrentTimestamp();
 	le_launcher_slots[i].last_renewal = 0;
-	le_launcher_slots[i].stopping = false;
 	return true;
+}
+
+/*
+ * Slot i's worker is gone: count it against its task if it died on an
+ * error rather than because it was told to stop (task_runner.h, "Worker
+ * deaths").
+ */
+static void
+le_worker_gone(int i)
+{
+	LeTaskSlot *slot = &le_tasks->slots[i];
+	LeLauncherSlot *mine = &le_launcher_slots[i];
+	bool		expected;
+	bool		stopping;
+	int64		task_id;
+	char		error[LE_TASK_ERROR_LEN];
+	LeTaskInfo *info;
+	TimestampTz now = GetCurrentTimestamp();
+
+	SpinLockAcquire(&slot->mutex);
+	expected = slot->exit_expected;
+	stopping = slot->stopping;
+	task_id = slot->task_id;
+	strlcpy(error, slot->last_error, sizeof(error));
+	SpinLockRelease(&slot->mutex);
+
+	if (mine->handle == NULL || mine->name == NULL)
+		return;					/* a previous launcher's worker */
+	info = le_info(task_id, mine->name);
+	if (expected || stopping)
+	{
+		info->deaths = 0;
+		info->retry_at = 0;
+		return;
+	}
+	/* A worker that lived a while before dying starts a new count. */
+	if (now - mine->started >= LE_TASK_BACKOFF_MAX_MS * (int64) 1000)
+		info->deaths = 0;
+	info->deaths++;
+	strlcpy(info->last_error, error[0] ? error : "(no message)", sizeof(info->last_error));
+	info->retry_at = TimestampTzPlusMilliseconds(now,
+												 Min(1000L << Min(info->deaths - 1, 16),
+													 LE_TASK_BACKOFF_MAX_MS));
+	ereport(LOG,
+			(errmsg("leader_election: the worker of task \"%s\" exited on an error (%d in a row): %s",
+					mine->name, info->deaths, info->last_error)));
 }
 
 /* Is the extension installed in this database (it may be dropped)? */
@@ -276,22 +396,67 @@ le_extension_installed(void)
 }
 
 /*
+ * Close the 'running' records of runs whose worker is gone (crash,
+ * watchdog, a task disabled or unregistered meanwhile).  Rows being closed
+ * by their exiting worker right now are locked and skipped.
+ */
+static void
+le_close_dead_runs(void)
+{
+	Datum	   *pids = palloc(sizeof(Datum) * (le_tasks->nslots + 1));
+	int			n = 0;
+	Oid			types[1] = {INT4ARRAYOID};
+	Datum		values[1];
+
+	pids[n++] = Int32GetDatum(0);
+	for (int i = 0; i < le_tasks->nslots; i++)
+	{
+		pid_t		pid;
+
+		SpinLockAcquire(&le_tasks->slots[i].mutex);
+		pid = le_tasks->slots[i].pid;
+		SpinLockRelease(&le_tasks->slots[i].mutex);
+		if (pid != 0)
+			pids[n++] = Int32GetDatum((int32) pid);
+	}
+	values[0] = PointerGetDatum(construct_array(pids, n, INT4OID, sizeof(int32), true,
+												TYPALIGN_INT));
+	le_exec_as_task_tables_owner("UPDATE leader_election.task_runs SET status = 'failed',"
+								 " finished_at = pg_catalog.clock_timestamp(),"
+								 " error = 'the task worker exited during the run'"
+								 " WHERE id OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT r.id"
+								 "   FROM leader_election.task_runs AS r"
+								 "   WHERE r.status OPERATOR(pg_catalog.=) 'running'"
+								 "   AND NOT (r.pid OPERATOR(pg_catalog.=) ANY ($1))"
+								 "   FOR UPDATE SKIP LOCKED))",
+								 1, types, values, NULL, false, 0);
+}
+
+/*
  * Read the enabled tasks, disable those that cannot run, start and stop
- * workers to match.  Errors (say, the extension being dropped) are logged
- * and the launcher carries on.
+ * workers to match, one worker per lease name; close the records of dead
+ * runs; show each task's state.  Errors (say, the extension being dropped)
+ * are logged and the launcher carries on.  Nothing here waits for another
+ * session's row locks (task_runner.h, "Locks").
  */
 static void
 le_launcher_scan(MemoryContext cxt)
 {
-	LeTask	   *tasks = NULL;
-	int			ntasks = 0;
-	bool	   *wanted;
 	MemoryContext old = CurrentMemoryContext;
 
 	PG_TRY();
 	{
+		LeTask	   *tasks = NULL;
+		int			ntasks = 0;
+		bool		bgworkers_full = false;
+		bool		installed;
+		HASH_SEQ_STATUS seq;
+		LeTaskInfo *info;
+		TimestampTz now;
+
 		le_task_xact_begin();
-		if (le_extension_installed())
+		installed = le_extension_installed();
+		if (installed)
 		{
 			LeTask	   *enabled;
 			int			nenabled;
@@ -303,11 +468,131 @@ le_launcher_scan(MemoryContext cxt)
 				char	   *problem = le_task_problem(&enabled[k]);
 
 				if (problem != NULL)
-					le_task_disable(&enabled[k], problem);
+					(void) le_task_disable(&enabled[k], problem);
 				else
 					tasks[ntasks++] = enabled[k];
 			}
 		}
+		MemoryContextSwitchTo(cxt);
+
+		hash_seq_init(&seq, le_task_info);
+		while ((info = hash_seq_search(&seq)) != NULL)
+			info->seen = false;
+
+		/* Forget dead workers; stop those whose task is gone or disabled. */
+		for (int i = 0; i < le_tasks->nslots; i++)
+		{
+			LeTaskSlot *slot = &le_tasks->slots[i];
+			LeLauncherSlot *mine = &le_launcher_slots[i];
+			int64		task_id;
+			bool		in_use;
+			bool		gone;
+			bool		keep = false;
+			pid_t		pid;
+
+			SpinLockAcquire(&slot->mutex);
+			in_use = slot->in_use;
+			task_id = slot->task_id;
+			pid = slot->pid;
+			SpinLockRelease(&slot->mutex);
+			if (!in_use)
+				continue;
+			if (mine->handle == NULL)
+				gone = (pid == 0);	/* a previous launcher's worker */
+			else
+				gone = (GetBackgroundWorkerPid(mine->handle, &pid) == BGWH_STOPPED);
+			if (gone)
+			{
+				le_worker_gone(i);
+				le_free_slot(i);
+				continue;
+			}
+			for (int k = 0; k < ntasks; k++)
+				if (tasks[k].id == task_id)
+					keep = true;
+			if (!keep)
+				le_stop_slot(i);
+		}
+
+		/*
+		 * Start workers for enabled tasks that have none, one per lease name:
+		 * a worker still exiting keeps its name taken till it is gone.
+		 */
+		now = GetCurrentTimestamp();
+		for (int k = 0; k < ntasks; k++)
+		{
+			LeTask	   *t = &tasks[k];
+			int			free_slot = -1;
+			bool		has_worker = false;
+			bool		name_taken = false;
+
+			info = le_info(t->id, t->name);
+			info->seen = true;
+			for (int i = 0; i < le_tasks->nslots; i++)
+			{
+				LeTaskSlot *slot = &le_tasks->slots[i];
+
+				SpinLockAcquire(&slot->mutex);
+				if (!slot->in_use)
+				{
+					if (free_slot < 0)
+						free_slot = i;
+				}
+				else if (strcmp(slot->name, t->name) == 0)
+				{
+					if (slot->task_id == t->id && !slot->stopping)
+						has_worker = true;
+					else
+						name_taken = true;
+				}
+				SpinLockRelease(&slot->mutex);
+			}
+
+			if (has_worker)
+				le_info_state(info, "worker started", NULL);
+			else if (name_taken)
+				le_info_state(info, "waiting for the previous worker of its name to exit", NULL);
+			else if (info->deaths >= LE_TASK_MAX_DEATHS)
+			{
+				char	   *reason = psprintf("the task's worker exited on an error %d times in a row; last error: %s",
+											  info->deaths, info->last_error);
+
+				if (le_task_disable(t, reason))
+				{
+					info->deaths = 0;
+					info->retry_at = 0;
+				}
+			}
+			else if (now < info->retry_at)
+				le_info_state(info, psprintf("waiting to restart after %d worker failures in a row",
+											 info->deaths), NULL);
+			else if (free_slot < 0)
+				le_info_state(info, psprintf("waiting for a task worker slot (leader_election.max_task_workers = %d)",
+											 le_max_task_workers),
+							  "Every task worker slot is in use; raise leader_election.max_task_workers.");
+			else if (bgworkers_full || !le_start_worker(t, free_slot))
+			{
+				bgworkers_full = true;
+				le_info_state(info, "waiting for a background worker (max_worker_processes)",
+							  psprintf("Every one of the max_worker_processes (%d) background workers is in use; raise it.",
+									   max_worker_processes));
+			}
+			else
+				le_info_state(info, "worker started", NULL);
+		}
+
+		/* Show the states; forget tasks that are no longer enabled. */
+		hash_seq_init(&seq, le_task_info);
+		while ((info = hash_seq_search(&seq)) != NULL)
+		{
+			if (!info->seen)
+				(void) hash_search(le_task_info, &info->id, HASH_REMOVE, NULL);
+			else if (!info->state_written && info->state[0] != '\0')
+				info->state_written = le_task_set_state(info->id, info->state);
+		}
+
+		if (installed)
+			le_close_dead_runs();
 		le_task_xact_commit();
 	}
 	PG_CATCH();
@@ -316,73 +601,8 @@ le_launcher_scan(MemoryContext cxt)
 		EmitErrorReport();
 		FlushErrorState();
 		AbortCurrentTransaction();
-		MemoryContextSwitchTo(old);
-		return;					/* leave the workers alone this time */
 	}
 	PG_END_TRY();
-	MemoryContextSwitchTo(cxt);
-
-	/* Stop workers whose task is gone or disabled; forget dead workers. */
-	wanted = palloc0(sizeof(bool) * Max(ntasks, 1));
-	for (int i = 0; i < le_tasks->nslots; i++)
-	{
-		LeTaskSlot *slot = &le_tasks->slots[i];
-		LeLauncherSlot *mine = &le_launcher_slots[i];
-		int64		task_id;
-		bool		in_use;
-		bool		gone;
-		bool		keep = false;
-		pid_t		pid;
-
-		SpinLockAcquire(&slot->mutex);
-		in_use = slot->in_use;
-		task_id = slot->task_id;
-		pid = slot->pid;
-		SpinLockRelease(&slot->mutex);
-		if (!in_use)
-			continue;
-		if (mine->handle == NULL)
-			gone = (pid == 0);	/* a previous launcher's worker */
-		else
-			gone = (GetBackgroundWorkerPid(mine->handle, &pid) == BGWH_STOPPED);
-		if (gone)
-		{
-			le_free_slot(i);
-			continue;
-		}
-		/* A worker still exiting counts as the task's worker till it is gone. */
-		for (int k = 0; k < ntasks; k++)
-			if (tasks[k].id == task_id)
-			{
-				wanted[k] = true;
-				keep = true;
-			}
-		if (!keep && mine->handle != NULL && !mine->stopping)
-		{
-			TerminateBackgroundWorker(mine->handle);
-			mine->stopping = true;
-		}
-	}
-
-	/* Start workers for enabled tasks that have none. */
-	for (int k = 0; k < ntasks; k++)
-	{
-		if (wanted[k])
-			continue;
-		for (int i = 0; i < le_tasks->nslots; i++)
-		{
-			bool		in_use;
-
-			SpinLockAcquire(&le_tasks->slots[i].mutex);
-			in_use = le_tasks->slots[i].in_use;
-			SpinLockRelease(&le_tasks->slots[i].mutex);
-			if (!in_use)
-			{
-				(void) le_start_worker(&tasks[k], i);
-				break;
-			}
-		}
-	}
 	MemoryContextSwitchTo(old);
 }
 
@@ -437,16 +657,13 @@ le_renew_for_run(int i, const char *identity, int64 term, int64 ttl, bool *lost)
 	volatile bool gone = false;
 	volatile TimestampTz expires = 0;
 
-	SetCurrentStatementStartTimestamp();
-	StartTransactionCommand();
 	PG_TRY();
 	{
 		LeaseRow	row;
 		LeIdentity	who;
 		TimestampTz retry_at;
 
-		PushActiveSnapshot(GetTransactionSnapshot());
-		le_task_set_lock_timeout();
+		le_task_xact_begin();
 		who.holder = pstrdup(identity);
 		who.session_bound = false;
 		le_store_read(name, &row);
@@ -465,8 +682,7 @@ le_renew_for_run(int i, const char *identity, int64 term, int64 ttl, bool *lost)
 			else
 				gone = true;
 		}
-		PopActiveSnapshot();
-		CommitTransactionCommand();
+		le_task_xact_commit();
 	}
 	PG_CATCH();
 	{
@@ -483,7 +699,7 @@ le_renew_for_run(int i, const char *identity, int64 term, int64 ttl, bool *lost)
 	if (renewed)
 	{
 		SpinLockAcquire(&slot->mutex);
-		if (slot->running && slot->term == term &&
+		if (slot->running && slot->term == term && !slot->stopping &&
 			expires > (TimestampTz) pg_atomic_read_u64(&slot->confirmed_expires))
 			pg_atomic_write_u64(&slot->confirmed_expires, (uint64) expires);
 		SpinLockRelease(&slot->mutex);
@@ -493,7 +709,8 @@ le_renew_for_run(int i, const char *identity, int64 term, int64 ttl, bool *lost)
 
 /*
  * Keep the leases of running tasks alive; cancel runs whose lease is lost
- * or about to expire.  Returns how long the launcher may sleep (ms).
+ * or about to expire.  A slot told to stop is never renewed.  Returns how
+ * long the launcher may sleep (ms).
  */
 static long
 le_launcher_tend_runs(const char *identity)
@@ -512,7 +729,7 @@ le_launcher_tend_runs(const char *identity)
 		bool		lost = false;
 
 		SpinLockAcquire(&slot->mutex);
-		running = slot->in_use && slot->running;
+		running = slot->in_use && slot->running && !slot->stopping;
 		run_id = slot->run_id;
 		term = slot->term;
 		ttl = slot->ttl_usecs;
@@ -555,10 +772,52 @@ le_launcher_exit(int code, Datum arg)
 {
 	for (int i = 0; i < le_tasks->nslots; i++)
 		if (le_launcher_slots[i].handle != NULL)
-			TerminateBackgroundWorker(le_launcher_slots[i].handle);
+			le_stop_slot(i);
 	SpinLockAcquire(&le_tasks->mutex);
 	le_tasks->launcher = NULL;
 	SpinLockRelease(&le_tasks->mutex);
+}
+
+/*
+ * Before connecting: if the previous launchers could not connect (the
+ * database named by leader_election.database is missing, or not accepting
+ * connections), wait 1, 2, 4 ... 60 s, and say once what is wrong.  The
+ * count is reset once a launcher has connected.
+ */
+static void
+le_launcher_connect_backoff(void)
+{
+	int			failures;
+	bool		said;
+	TimestampTz until;
+
+	SpinLockAcquire(&le_tasks->mutex);
+	failures = le_tasks->connect_failures++;
+	said = le_tasks->connect_failure_said;
+	le_tasks->connect_failure_said = said || failures > 0;
+	SpinLockRelease(&le_tasks->mutex);
+	if (failures == 0)
+		return;
+	if (!said)
+		ereport(LOG,
+				(errmsg("leader_election: the task runner cannot connect to database \"%s\"",
+						le_task_database),
+				 errdetail("The launcher could not connect to the database named by leader_election.database; it tries again after 1, 2, 4 ... 60 seconds, without saying this again."),
+				 errhint("Create the database and the extension in it, or change leader_election.database and restart the server.")));
+	until = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+										Min(1000L << Min(failures - 1, 16), LE_TASK_BACKOFF_MAX_MS));
+	while (!ShutdownRequestPending)
+	{
+		long		ms = (until - GetCurrentTimestamp()) / 1000;
+
+		if (ms <= 0)
+			break;
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 ms, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+	}
+	if (ShutdownRequestPending)
+		proc_exit(1);
 }
 
 void
@@ -567,22 +826,32 @@ le_launcher_main(Datum main_arg)
 	MemoryContext scan_cxt;
 	TimestampTz next_scan = 0;
 	char		identity[LE_MAX_HOLDER_BYTES + 1];
+	HASHCTL		ctl;
 
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, SignalHandlerForShutdownRequest);
 	BackgroundWorkerUnblockSignals();
+	le_launcher_connect_backoff();
 	BackgroundWorkerInitializeConnection(le_task_database, NULL, 0);
+	SpinLockAcquire(&le_tasks->mutex);
+	le_tasks->connect_failures = 0;
+	le_tasks->connect_failure_said = false;
+	SpinLockRelease(&le_tasks->mutex);
 
 	le_launcher_slots = MemoryContextAllocZero(TopMemoryContext,
 											   sizeof(LeLauncherSlot) * le_tasks->nslots);
 	scan_cxt = AllocSetContextCreate(TopMemoryContext, "leader_election launcher scan",
 									 ALLOCSET_DEFAULT_SIZES);
+	memset(&ctl, 0, sizeof(ctl));
+	ctl.keysize = sizeof(int64);
+	ctl.entrysize = sizeof(LeTaskInfo);
+	le_task_info = hash_create("leader_election tasks", 64, &ctl, HASH_ELEM | HASH_BLOBS);
 
 	/*
 	 * A previous launcher told its workers to stop when it exited
 	 * (le_launcher_exit).  Slots whose worker is gone are free; a worker
-	 * still exiting keeps its slot, and its task gets no second worker,
-	 * until it is gone (le_launcher_scan).
+	 * still exiting keeps its slot, and its name, until it is gone
+	 * (le_launcher_scan), and is not renewed.
 	 */
 	for (int i = 0; i < le_tasks->nslots; i++)
 	{
@@ -590,6 +859,7 @@ le_launcher_main(Datum main_arg)
 
 		SpinLockAcquire(&slot->mutex);
 		slot->in_use = (slot->pid != 0);
+		slot->stopping = slot->in_use;
 		SpinLockRelease(&slot->mutex);
 	}
 	le_compute_identity(identity);

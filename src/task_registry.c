@@ -6,7 +6,7 @@
  *	  tasks for the launcher and the workers.
  *
  * register_task() stores a row of leader_election.tasks for the calling
- * role after the same checks (le_task_problem) that the launcher makes
+ * role, and alter_task() changes one in place, after the same checks (le_task_problem) that the launcher makes
  * before starting a worker and the worker makes before every run, so a
  * task that registers is one that can run, and one that no longer can is
  * disabled with the same words.  Ordinary roles have no write access to the
@@ -37,6 +37,7 @@ PG_FUNCTION_INFO_V1(register_task);
 PG_FUNCTION_INFO_V1(unregister_task);
 PG_FUNCTION_INFO_V1(enable_task);
 PG_FUNCTION_INFO_V1(disable_task);
+PG_FUNCTION_INFO_V1(alter_task);
 
 #define LE_TASK_MIN_USECS		USECS_PER_SEC
 #define LE_TASK_MAX_TTL_USECS	USECS_PER_DAY
@@ -172,6 +173,17 @@ le_task_problem(const LeTask *t)
 	return NULL;
 }
 
+/* The SQLSTATE with which registration refuses a task with a problem. */
+int
+le_task_problem_code(const LeTask *t)
+{
+	if (!t->proc_exists || t->prokind != 'p')
+		return ERRCODE_WRONG_OBJECT_TYPE;
+	if (!t->can_login || t->superuser || !t->can_connect || !t->can_execute)
+		return ERRCODE_INSUFFICIENT_PRIVILEGE;
+	return ERRCODE_INVALID_FUNCTION_DEFINITION;
+}
+
 /* ---- reading tasks (in the caller's SPI connection) ---- */
 
 /*
@@ -269,10 +281,12 @@ le_exec_as_task_tables_owner(const char *sql, int nargs, Oid *types, Datum *valu
 }
 
 /*
- * Disable a task the runner cannot run: a 'skipped' run with the reason,
- * the task disabled with the same reason, and a log line.
+ * Disable a task the runner cannot run: the task disabled with the reason,
+ * a 'skipped' run with the same reason, and a log line.  A task row that
+ * another session has locked is left alone (false): the runner never
+ * waits for one role's transaction; it tries again on its next scan.
  */
-void
+bool
 le_task_disable(const LeTask *t, const char *reason)
 {
 	Oid			types[4] = {INT8OID, TEXTOID, OIDOID, TEXTOID};
@@ -282,19 +296,71 @@ le_task_disable(const LeTask *t, const char *reason)
 	values[1] = CStringGetTextDatum(t->name);
 	values[2] = ObjectIdGetDatum(t->owner);
 	values[3] = CStringGetTextDatum(reason);
+	le_exec_as_task_tables_owner("UPDATE leader_election.tasks SET enabled = false, disabled_reason = $4,"
+								 " last_status = 'skipped', runner_state = NULL"
+								 " WHERE id OPERATOR(pg_catalog.=) (SELECT l.id FROM leader_election.tasks AS l"
+								 "   WHERE l.id OPERATOR(pg_catalog.=) $1 AND l.name OPERATOR(pg_catalog.=) $2"
+								 "   AND l.owner OPERATOR(pg_catalog.=) $3 FOR NO KEY UPDATE SKIP LOCKED)",
+								 4, types, values, NULL, false, 0);
+	if (SPI_processed == 0)
+		return false;
 	le_exec_as_task_tables_owner("INSERT INTO leader_election.task_runs"
 								 " (task_id, task_name, owner, started_at, finished_at, status, error, pid)"
 								 " VALUES ($1, $2, $3, pg_catalog.clock_timestamp(), pg_catalog.clock_timestamp(),"
 								 " 'skipped', $4, pg_catalog.pg_backend_pid())",
 								 4, types, values, NULL, false, 0);
-	le_exec_as_task_tables_owner("UPDATE leader_election.tasks SET enabled = false, disabled_reason = $4,"
-								 " last_status = 'skipped'"
-								 " WHERE id OPERATOR(pg_catalog.=) $1 AND name OPERATOR(pg_catalog.=) $2"
-								 " AND owner OPERATOR(pg_catalog.=) $3",
-								 4, types, values, NULL, false, 0);
 	ereport(LOG,
 			(errmsg("leader_election: task \"%s\" disabled: %s", t->name, reason),
 			 errhint("Fix the cause, then call leader_election.enable_task('%s').", t->name)));
+	return true;
+}
+
+/*
+ * Show what the runner does with a task in tasks.runner_state, if that
+ * changes it and the row is not locked by another session; true if the
+ * row now says state.
+ */
+bool
+le_task_set_state(int64 task_id, const char *state)
+{
+	Oid			types[2] = {INT8OID, TEXTOID};
+	Datum		values[2];
+
+	values[0] = Int64GetDatum(task_id);
+	values[1] = CStringGetTextDatum(state);
+	le_exec_as_task_tables_owner("UPDATE leader_election.tasks SET runner_state = $2"
+								 " WHERE id OPERATOR(pg_catalog.=) (SELECT l.id FROM leader_election.tasks AS l"
+								 "   WHERE l.id OPERATOR(pg_catalog.=) $1"
+								 "   AND l.runner_state IS DISTINCT FROM $2 FOR NO KEY UPDATE SKIP LOCKED)",
+								 2, types, values, NULL, false, 0);
+	if (SPI_processed == 1)
+		return true;
+	le_exec_as_task_tables_owner("SELECT 1 FROM leader_election.tasks WHERE id OPERATOR(pg_catalog.=) $1"
+								 " AND runner_state OPERATOR(pg_catalog.=) $2",
+								 2, types, values, NULL, true, 1);
+	return SPI_processed == 1;
+}
+
+/*
+ * When the task's last run started (runs that were skipped never started),
+ * for "every run_every, start to start" across restarts; 0 if it never ran.
+ */
+int64
+le_task_last_start(int64 task_id, TimestampTz *started_at)
+{
+	Oid			types[1] = {INT8OID};
+	Datum		values[1];
+	bool		isnull;
+	Datum		d;
+
+	values[0] = Int64GetDatum(task_id);
+	le_exec_as_task_tables_owner("SELECT pg_catalog.max(started_at) FROM leader_election.task_runs"
+								 " WHERE task_id OPERATOR(pg_catalog.=) $1"
+								 " AND status OPERATOR(pg_catalog.<>) 'skipped'",
+								 1, types, values, NULL, true, 1);
+	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	*started_at = isnull ? 0 : DatumGetTimestampTz(d);
+	return isnull ? 0 : 1;
 }
 
 /* ---- SQL-callable functions ---- */
@@ -411,19 +477,9 @@ register_task(PG_FUNCTION_ARGS)
 	le_task_from_tuple(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, &t);
 	problem = le_task_problem(&t);
 	if (problem != NULL)
-	{
-		int			code;
-
-		if (!t.proc_exists || t.prokind != 'p')
-			code = ERRCODE_WRONG_OBJECT_TYPE;
-		else if (!t.can_login || t.superuser || !t.can_connect || !t.can_execute)
-			code = ERRCODE_INSUFFICIENT_PRIVILEGE;
-		else
-			code = ERRCODE_INVALID_FUNCTION_DEFINITION;
 		ereport(ERROR,
-				(errcode(code),
+				(errcode(le_task_problem_code(&t)),
 				 errmsg("cannot register task \"%s\": %s", name, problem)));
-	}
 
 	le_exec_as_task_tables_owner("INSERT INTO leader_election.tasks (name, owner, procedure, run_every, ttl)"
 								 " VALUES ($1, $2, $3, $4, $5) RETURNING id",
@@ -468,7 +524,8 @@ le_set_enabled(FunctionCallInfo fcinfo, bool enabled)
 	values[1] = BoolGetDatum(enabled);
 	PG_RETURN_BOOL(le_change_own_task(name,
 									  enabled ? "enable_task()" : "disable_task()",
-									  "UPDATE leader_election.tasks SET enabled = $2, disabled_reason = NULL"
+									  "UPDATE leader_election.tasks SET enabled = $2, disabled_reason = NULL,"
+									  " runner_state = CASE WHEN $2 THEN runner_state END"
 									  " WHERE id OPERATOR(pg_catalog.=) $1",
 									  2, types, values));
 }
@@ -485,4 +542,86 @@ Datum
 disable_task(PG_FUNCTION_ARGS)
 {
 	return le_set_enabled(fcinfo, false);
+}
+
+/*
+ * leader_election.alter_task(name text, procedure regprocedure,
+ *							  run_every interval, ttl interval) returns boolean
+ *
+ * Change a task in place; NULL keeps a value.  The same checks as
+ * register_task, on the values the task will have.  The worker reads its
+ * task every tick, so the change takes effect at its next campaign or run
+ * (a run in progress finishes under the old values); no second worker
+ * ever starts for the name.  False if there is no such task.
+ */
+Datum
+alter_task(PG_FUNCTION_ARGS)
+{
+	char	   *name = le_checked_name(fcinfo, 0);
+	Oid			types[4] = {INT8OID, OIDOID, INTERVALOID, INTERVALOID};
+	Datum		values[4];
+	char		nulls[4] = {' ', ' ', ' ', ' '};
+	LeTask		t;
+	char	   *problem;
+	int64		id;
+	Oid			owner;
+
+	if (!PG_ARGISNULL(2))
+		(void) le_checked_interval(fcinfo, 2, "run_every", LE_TASK_MIN_USECS,
+								   LE_TASK_MAX_EVERY_USECS, "1 second and 7 days");
+	if (!PG_ARGISNULL(3))
+		(void) le_checked_interval(fcinfo, 3, "ttl", LE_TASK_MIN_USECS,
+								   LE_TASK_MAX_TTL_USECS, "1 second and 1 day");
+	PreventCommandDuringRecovery("alter_task()");
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	if (!le_find_task(name, &id, &owner))
+	{
+		SPI_finish();
+		PG_RETURN_BOOL(false);
+	}
+	if (!has_privs_of_role(GetUserId(), owner))
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("permission denied for task \"%s\"", name),
+				 errdetail("The task belongs to another role.")));
+
+	values[0] = Int64GetDatum(id);
+	for (int i = 1; i <= 3; i++)
+	{
+		if (PG_ARGISNULL(i))
+		{
+			nulls[i] = 'n';
+			values[i] = (Datum) 0;
+		}
+		else
+			values[i] = PG_GETARG_DATUM(i);
+	}
+
+	/* The same checks the runner makes, on the values the task will have. */
+	le_exec_as_task_tables_owner(le_task_query("(SELECT o.id, o.name, o.owner,"
+											   " COALESCE($2::pg_catalog.regprocedure, o.procedure) AS procedure,"
+											   " COALESCE($3, o.run_every) AS run_every,"
+											   " COALESCE($4, o.ttl) AS ttl,"
+											   " true AS enabled FROM leader_election.tasks AS o"
+											   " WHERE o.id OPERATOR(pg_catalog.=) $1)", ""),
+								 4, types, values, nulls, true, 1);
+	if (SPI_processed != 1)
+		elog(ERROR, "checking the task failed");
+	le_task_from_tuple(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, &t);
+	problem = le_task_problem(&t);
+	if (problem != NULL)
+		ereport(ERROR,
+				(errcode(le_task_problem_code(&t)),
+				 errmsg("cannot alter task \"%s\": %s", name, problem)));
+
+	le_exec_as_task_tables_owner("UPDATE leader_election.tasks SET"
+									  " procedure = COALESCE($2::pg_catalog.regprocedure, procedure),"
+									  " run_every = COALESCE($3, run_every),"
+									  " ttl = COALESCE($4, ttl)"
+									  " WHERE id OPERATOR(pg_catalog.=) $1",
+									  4, types, values, nulls, false, 0);
+	SPI_finish();
+	PG_RETURN_BOOL(true);
 }

@@ -40,24 +40,73 @@
  * COMMIT) and records the outcome.  Runs are start-to-start run_every
  * apart; an overrun delays the next run and never overlaps it.
  *
+ * One run per name.  The launcher hands out slots by lease name, not by
+ * task id: a task gets a worker only while no slot holds a worker for the
+ * same name, whatever was unregistered, re-registered or altered
+ * (alter_task changes a task in place; the worker reads the task every
+ * tick).  A worker claims its slot only if no other slot has a live worker
+ * of that name.  Its first campaign ends a lease a previous worker of the
+ * name left behind in an older term, so every worker runs in terms of its
+ * own and assert_leader(name, term) tells runs apart.  A worker releases
+ * only the term it holds (le_release_term), never a later one.
+ *
  * Long runs.  While the worker is inside CALL it cannot renew, so the
  * launcher renews for it, under the same runner identity, every ttl/3.
  * The worker publishes (run, term, confirmed expiry) in its shared-memory
  * slot.  If a renewal finds the lease held by someone else or in another
  * term, or no renewal has succeeded and the lease is within ttl/4 of
- * expiring, the launcher cancels the run (SIGINT: a query cancel) and the
- * worker records it 'cancelled' with the reason.  The worker's own
- * watchdog cancels at ttl/8 before expiry in case the launcher cannot.
- * Afterwards the worker campaigns again.
+ * expiring, the launcher cancels the run (SIGINT).  Afterwards the worker
+ * campaigns again.
  *
- * Shutdown.  SIGTERM (server shutdown, pg_terminate_backend, the launcher
- * stopping a task) cancels a run in progress, records it, releases the
- * lease and exits; the launcher starts a new worker if the task is still
- * enabled.  A worker that dies otherwise leaves a 'running' row, which the
- * next worker of the task closes as 'failed'.  However the launcher exits,
- * it first tells its workers to stop; a new launcher leaves the slots of
- * those still exiting alone, so a task never has two workers (which,
- * sharing the runner identity, would both believe they hold the lease).
+ * Deadlines.  A run starts only if, after the commit that took the lease
+ * and recorded the run, at least LE_TASK_START_MARGIN (ttl/2) of the lease
+ * is left; otherwise it is recorded 'skipped' and the worker campaigns
+ * again.  During a run the worker's watchdog -- a POSIX timer at the exact
+ * deadline, armed before that check and re-armed from the latest confirmed
+ * expiry each time it fires -- cancels the run ttl/8 before the lease
+ * expires and ends the process (FATAL, which no procedure can catch)
+ * ttl/16 before it, whether or not the launcher is alive.
+ *
+ * Stopping.  Every request to stop a run -- the launcher's cancel,
+ * SIGTERM (pg_terminate_backend, shutdown, DROP DATABASE ... FORCE, the
+ * launcher stopping a disabled or unregistered task's worker), the
+ * watchdog's cancel -- cancels the run and gives it LE_TASK_STOP_GRACE_MS
+ * to end; then the worker ends itself.  The launcher stops renewing a
+ * slot the moment it tells its worker to stop.  However a worker exits
+ * (except a crash), its exit callback closes its open run record and
+ * releases its own term.  The launcher closes 'running' records whose
+ * worker is gone on every scan.  However the launcher exits, it first
+ * tells its workers to stop; a new launcher leaves the slots of those
+ * still exiting alone (their names stay taken) until they are gone.
+ *
+ * Schedule.  Runs are run_every apart, start to start, counted from the
+ * last recorded start in task_runs, so restarts of the worker, the
+ * launcher or the server do not reset it.  An overrun delays the next run
+ * and never overlaps it.
+ *
+ * Session state.  Every transaction the runner runs for itself starts with
+ * the runner's settings (le_task_xact_begin: read-write, read committed,
+ * no statement timeout, a short lock timeout, row security on), whatever
+ * the role's or the procedure's settings; after every run the worker's
+ * session is reset as DISCARD ALL would (settings, role, prepared
+ * statements, LISTEN, advisory locks, temporary tables), so each run
+ * starts clean.
+ *
+ * Worker deaths.  A worker that exits on an error (not because it was
+ * told to stop) records its last error in its slot; the launcher restarts
+ * the task after 1, 2, 4 ... 60 s and disables it, with the error as the
+ * reason, after LE_TASK_MAX_DEATHS deaths in a row.
+ *
+ * Locks.  The runner never waits behind another session's locks for long:
+ * its writes to task rows skip rows locked by others (SKIP LOCKED) and its
+ * lease writes have a lock timeout, so one role's open transaction can
+ * stall neither the launcher's scan nor the renewals of other tasks.
+ *
+ * Slots.  A task that cannot get a worker (no free slot, or no background
+ * worker) shows why in tasks.runner_state, and the log says so once.
+ *
+ * Database.  If the launcher cannot connect to leader_election.database,
+ * it retries after 1, 2, 4 ... 60 s and logs the reason once.
  *
  * The runner identity is leader_election.task_holder_id, or by default
  * 'task-runner:<system identifier>:<timeline>'.  The timeline makes a
@@ -86,16 +135,26 @@
 #include "leader_election.h"
 
 #define LE_TASK_REASON_LEN		160 /* why a run was cancelled */
-#define LE_TASK_LOCK_TIMEOUT	"500ms" /* the runner's own lease writes */
+#define LE_TASK_ERROR_LEN		256 /* a dead worker's last error */
+#define LE_TASK_LOCK_TIMEOUT	"200ms" /* the runner's own lease writes */
+#define LE_TASK_STOP_GRACE_MS	1000	/* a stopped run's time to end */
+#define LE_TASK_MAX_DEATHS		5	/* worker deaths in a row: disable */
+#define LE_TASK_BACKOFF_MAX_MS	60000	/* longest wait before a restart */
+
+/* Deadlines of a run, from its lease's expiry (README, "Background tasks"). */
+#define LE_TASK_START_MARGIN(ttl)	((ttl) / 2) /* lease left to start */
+#define LE_TASK_CANCEL_MARGIN(ttl)	((ttl) / 8) /* watchdog cancels */
+#define LE_TASK_DIE_MARGIN(ttl)		((ttl) / 16)	/* watchdog ends it */
 
 /*
  * One task worker's slot in shared memory.
  *
  * LOCKING.  Every field but confirmed_expires is read and written under
- * mutex.  The launcher owns in_use and task_id (it hands the slot out and
- * takes it back) and cancel_requested/cancel_reason; the worker owns pid
- * (set when it claims the slot, cleared when it exits) and the run fields
- * running, run_id, term and ttl_usecs.  confirmed_expires is written under
+ * mutex.  The launcher owns in_use, task_id and name (it hands the slot
+ * out and takes it back), stopping and cancel_requested/cancel_reason; the
+ * worker owns pid (set when it claims the slot, cleared when it exits),
+ * the run fields running, run_id, term and ttl_usecs, and how it exited
+ * (exit_expected, last_error), which the launcher reads once pid is 0.  confirmed_expires is written under
  * mutex by both -- by the worker when a run starts, by the launcher after a
  * renewal, and then only for the same term and only forwards -- and is an
  * atomic so that the worker's watchdog, a signal handler that must not
@@ -109,6 +168,8 @@ typedef struct LeTaskSlot
 	slock_t		mutex;
 	bool		in_use;			/* launcher: slot assigned to task_id */
 	int64		task_id;
+	char		name[LE_MAX_NAME_BYTES + 1];	/* launcher: the task's lease name */
+	bool		stopping;		/* launcher: told the worker to stop */
 	pid_t		pid;			/* worker: its pid while it lives, else 0 */
 	bool		running;		/* worker: inside CALL */
 	int64		run_id;			/* task_runs.id of that run */
@@ -117,6 +178,9 @@ typedef struct LeTaskSlot
 	pg_atomic_uint64 confirmed_expires; /* last expiry known to be ours */
 	bool		cancel_requested;	/* launcher: run run_id must stop */
 	char		cancel_reason[LE_TASK_REASON_LEN];
+	bool		exit_expected;	/* worker: exited as told, or on its own
+								 * watchdog, not on an error */
+	char		last_error[LE_TASK_ERROR_LEN];	/* worker: its last error */
 } LeTaskSlot;
 
 typedef struct LeTaskShared
@@ -124,6 +188,8 @@ typedef struct LeTaskShared
 	slock_t		mutex;			/* protects launcher and identity */
 	PGPROC	   *launcher;		/* to wake it when a run starts */
 	char		identity[LE_MAX_HOLDER_BYTES + 1];	/* the runner identity */
+	int			connect_failures;	/* launcher starts that did not connect */
+	bool		connect_failure_said;	/* logged since the last success */
 	int			nslots;
 	LeTaskSlot	slots[FLEXIBLE_ARRAY_MEMBER];
 } LeTaskShared;
@@ -184,24 +250,61 @@ extern PGDLLEXPORT void le_task_worker_main(Datum main_arg);
 extern bool le_task_load(int64 task_id, LeTask *t, MemoryContext into);
 extern LeTask *le_task_load_enabled(MemoryContext into, int *ntasks);
 extern char *le_task_problem(const LeTask *t);
-extern void le_task_disable(const LeTask *t, const char *reason);
+extern int	le_task_problem_code(const LeTask *t);
+extern bool le_task_disable(const LeTask *t, const char *reason);
+extern bool le_task_set_state(int64 task_id, const char *state);
+extern int64 le_task_last_start(int64 task_id, TimestampTz *started_at);
 extern int	le_exec_as_task_tables_owner(const char *sql, int nargs, Oid *types,
 										 Datum *values, const char *nulls,
 										 bool read_only, long count);
 extern int64 le_spi_int64(HeapTuple tup, TupleDesc desc, int col);
 
 /*
- * The runner's transactions: short, one at a time, each with SPI and a
- * snapshot, as in worker_spi.
+ * The runner's own settings, whatever the role's or a procedure's.  Those
+ * of the transaction itself must be set before its first snapshot; the
+ * others after anything that resets the session (task_worker.c).  All are
+ * local to the transaction.
+ */
+static inline void
+le_task_set(const char *name, const char *value)
+{
+	(void) set_config_option(name, value, PGC_SUSET, PGC_S_SESSION,
+							 GUC_ACTION_LOCAL, true, 0, false);
+}
+
+static inline void
+le_task_settings_before_snapshot(void)
+{
+	le_task_set("transaction_read_only", "off");
+	le_task_set("transaction_isolation", "read committed");
+	le_task_set("transaction_deferrable", "off");
+}
+
+static inline void
+le_task_settings(void)
+{
+	le_task_set("statement_timeout", "0");
+	le_task_set("idle_in_transaction_session_timeout", "0");
+	le_task_set("lock_timeout", LE_TASK_LOCK_TIMEOUT);
+	le_task_set("row_security", "on");
+	le_task_set("exit_on_error", "off");
+	le_task_set("synchronous_commit", "on");
+}
+
+/*
+ * The runner's transactions: short, one at a time, each with SPI, a
+ * snapshot and the runner's settings, as in worker_spi.
  */
 static inline void
 le_task_xact_begin(void)
 {
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
+	le_task_settings_before_snapshot();
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 	PushActiveSnapshot(GetTransactionSnapshot());
+	le_task_settings();
 }
 
 static inline void
@@ -210,18 +313,6 @@ le_task_xact_commit(void)
 	PopActiveSnapshot();
 	SPI_finish();
 	CommitTransactionCommand();
-}
-
-/*
- * The runner's own lease writes never wait long behind another session:
- * a blocked campaign or renewal fails and is retried, a blocked release is
- * left to expire.
- */
-static inline void
-le_task_set_lock_timeout(void)
-{
-	(void) set_config_option("lock_timeout", LE_TASK_LOCK_TIMEOUT, PGC_USERSET,
-							 PGC_S_SESSION, GUC_ACTION_LOCAL, true, 0, false);
 }
 
 #endif							/* LE_TASK_RUNNER_H */

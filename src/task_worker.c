@@ -4,27 +4,36 @@
  *	  One task's background worker: connected as the task's owner, it
  *	  campaigns for the task's lease, CALLs the task's procedure while it
  *	  holds it, records every run in leader_election.task_runs, and
- *	  releases the lease when it stops.
+ *	  releases its own term of the lease when it stops.
  *
  * A run starts only in the transaction that has just acquired or renewed
- * the lease, and is published in the worker's shared-memory slot so that
- * the launcher renews the lease during the run and cancels the run if the
- * lease is lost (task_runner.h explains the design and the slot's locking).
- * The worker's own watchdog cancels a run that outlives its last known
- * expiry, should the launcher be unable to.
+ * the lease, and only if enough of the lease is left after that commit.
+ * It is published in the worker's shared-memory slot so that the launcher
+ * renews the lease during the run and cancels the run if the lease is
+ * lost.  The worker's own watchdog -- a POSIX timer at the run's exact
+ * deadlines, independent of the launcher -- cancels a run before its lease
+ * can expire and ends the process before it does; any request to stop a
+ * run gives it LE_TASK_STOP_GRACE_MS and then ends the process too
+ * (task_runner.h explains the design and the slot's locking).
  *
  * This file must never run the procedure without a 'running' row recorded
  * in a transaction that held the lease, never switch to another role (it
- * is connected as the owner and stays the owner), and never write a lease
- * row itself: it calls le_try_acquire() and release_leader().
+ * is connected as the owner and stays the owner), never let the
+ * procedure's settings reach the runner's own statements, and never write
+ * a lease row itself: it calls le_try_acquire() and le_release_term().
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
 #include <signal.h>
+#include <time.h>
 
+#include "catalog/namespace.h"
 #include "catalog/pg_type.h"
+#include "commands/async.h"
+#include "commands/prepare.h"
+#include "commands/sequence.h"
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
 #include "pgstat.h"
@@ -32,118 +41,190 @@
 #include "postmaster/interrupt.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
+#include "storage/lock.h"
+#include "storage/pmsignal.h"
 #include "tcop/pquery.h"
 #include "utils/builtins.h"
+#include "utils/elog.h"
 #include "utils/memutils.h"
+#include "utils/plancache.h"
 #include "utils/portal.h"
-#include "utils/timeout.h"
 
 #include "task_runner.h"
 
-/* lease.c's SQL function; called directly to release on shutdown. */
-extern Datum release_leader(PG_FUNCTION_ARGS);
-
 #define LE_CAMPAIGN_MS			250 /* how often a non-leader retries */
 
-/* ---- signals ---- */
+/* ---- signals and the watchdog ---- */
 
-static volatile sig_atomic_t le_worker_shutdown = false;
+/*
+ * Written by the signal handlers (SIGTERM, SIGINT, and SIGUSR2 from the
+ * watchdog timer), which block each other, and by the main code only while
+ * no run is in progress or with those signals blocked.
+ */
+static volatile sig_atomic_t le_worker_shutdown = false;	/* SIGTERM came */
 static volatile sig_atomic_t le_worker_in_run = false;
+static volatile sig_atomic_t le_watchdog_cancelled = false; /* near expiry */
+static volatile sig_atomic_t le_watchdog_killed = false;	/* ended the run */
+static volatile TimestampTz le_stop_deadline = 0;	/* stop asked: end by then */
+static int64 le_run_ttl = 0;
+static LeTaskSlot *le_slot = NULL;
+static timer_t le_timer;
+static sigset_t le_our_signals;
 
-/* Turn a signal into a query cancel of the run, if one is in progress. */
+/* Arm the watchdog timer for at (server clock), or disarm it (0). */
 static void
-le_cancel_run_in_progress(void)
+le_timer_arm(TimestampTz at)
 {
-	if (le_worker_in_run)
+	struct itimerspec its;
+
+	memset(&its, 0, sizeof(its));
+	if (at != 0)
 	{
-		QueryCancelPending = true;
-		InterruptPending = true;
+		int64		unix_us = at + (int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * USECS_PER_DAY;
+
+		if (unix_us <= 0)
+			unix_us = 1;
+		its.it_value.tv_sec = unix_us / USECS_PER_SEC;
+		its.it_value.tv_nsec = (unix_us % USECS_PER_SEC) * 1000;
 	}
-	SetLatch(MyLatch);
+	(void) timer_settime(le_timer, TIMER_ABSTIME, &its, NULL);
 }
 
-/* SIGTERM: stop after cancelling a run in progress. */
+/* Interrupt the run: a query cancel now, the end of the process later. */
+static void
+le_request_stop(TimestampTz now)
+{
+	QueryCancelPending = true;
+	InterruptPending = true;
+	if (le_stop_deadline == 0)
+		le_stop_deadline = now + LE_TASK_STOP_GRACE_MS * (int64) 1000;
+}
+
+/*
+ * The watchdog: from the latest confirmed expiry of the run's lease, cancel
+ * the run LE_TASK_CANCEL_MARGIN before it and end the process
+ * LE_TASK_DIE_MARGIN before it, or LE_TASK_STOP_GRACE_MS after a stop was
+ * asked, whichever comes first; then re-arm the timer for the next
+ * deadline.  Signal-handler safe: reads an atomic, sets flags, arms a
+ * timer.  A FATAL cannot be caught by the procedure, and what the run has
+ * not committed is rolled back.
+ */
+static void
+le_watchdog_check(void)
+{
+	TimestampTz expires;
+	TimestampTz now;
+	TimestampTz cancel_at;
+	TimestampTz die_at;
+
+	if (!le_worker_in_run || le_slot == NULL)
+		return;
+	expires = (TimestampTz) pg_atomic_read_u64(&le_slot->confirmed_expires);
+	now = GetCurrentTimestamp();
+	cancel_at = expires - LE_TASK_CANCEL_MARGIN(le_run_ttl);
+	die_at = expires - LE_TASK_DIE_MARGIN(le_run_ttl);
+	if (le_stop_deadline != 0 && le_stop_deadline < die_at)
+		die_at = le_stop_deadline;
+
+	if (now >= die_at)
+	{
+		le_watchdog_killed = true;
+		ProcDiePending = true;
+		InterruptPending = true;
+		SetLatch(MyLatch);
+		return;
+	}
+	if (now >= cancel_at && !le_watchdog_cancelled)
+	{
+		le_watchdog_cancelled = true;
+		le_request_stop(now);
+		if (le_stop_deadline < die_at)
+			die_at = le_stop_deadline;
+		SetLatch(MyLatch);
+	}
+	le_timer_arm(le_watchdog_cancelled || le_stop_deadline != 0 ? die_at : Min(cancel_at, die_at));
+}
+
+static void
+le_worker_sigusr2(SIGNAL_ARGS)
+{
+	int			save_errno = errno;
+
+	le_watchdog_check();
+	errno = save_errno;
+}
+
+/* SIGTERM: stop; a run in progress is cancelled and ended after the grace. */
 static void
 le_worker_sigterm(SIGNAL_ARGS)
 {
 	int			save_errno = errno;
 
 	le_worker_shutdown = true;
-	le_cancel_run_in_progress();
+	if (le_worker_in_run)
+	{
+		le_request_stop(GetCurrentTimestamp());
+		le_watchdog_check();
+	}
+	SetLatch(MyLatch);
 	errno = save_errno;
 }
 
-/* SIGINT from the launcher: cancel the run, if one is in progress. */
+/* SIGINT (the launcher, or pg_cancel_backend): stop the run in progress. */
 static void
 le_worker_sigint(SIGNAL_ARGS)
 {
 	int			save_errno = errno;
 
-	le_cancel_run_in_progress();
+	if (le_worker_in_run)
+	{
+		le_request_stop(GetCurrentTimestamp());
+		le_watchdog_check();
+	}
+	SetLatch(MyLatch);
 	errno = save_errno;
 }
 
+/* Install handler for signo with all three of our signals blocked in it. */
+static void
+le_worker_signal(int signo, void (*handler) (SIGNAL_ARGS))
+{
+	struct sigaction act;
+
+	memset(&act, 0, sizeof(act));
+	act.sa_handler = handler;
+	act.sa_mask = le_our_signals;
+	act.sa_flags = SA_RESTART;
+	if (sigaction(signo, &act, NULL) != 0)
+		elog(FATAL, "could not set a signal handler: %m");
+}
+
+static void
+le_block_our_signals(bool block)
+{
+	sigprocmask(block ? SIG_BLOCK : SIG_UNBLOCK, &le_our_signals, NULL);
+}
+
+/* ---- how the worker exits ---- */
+
+/* The worker's last error, for the launcher (emit_log_hook). */
+static emit_log_hook_type le_prev_emit_log_hook = NULL;
+static char le_last_error[LE_TASK_ERROR_LEN];
+
+static void
+le_note_error(ErrorData *edata)
+{
+	if (edata->elevel >= ERROR && edata->message != NULL)
+		strlcpy(le_last_error, edata->message, sizeof(le_last_error));
+	if (le_prev_emit_log_hook)
+		le_prev_emit_log_hook(edata);
+}
+
 /*
- * The worker's own watchdog during a run, in case the launcher cannot
- * renew or cancel (stopped, stuck): a periodic timeout that cancels the
- * run when the lease's last known expiry is within ttl/8, and ends the
- * process if the run is still going when that expiry arrives.  The launcher's
- * margin (ttl/4) is wider, so normally the launcher acts first.  Runs in a
- * signal handler: it reads only an atomic and sets interrupt flags.
+ * On exit, however it happens: the slot no longer has a live worker; say
+ * whether the exit was the runner's own decision and what the last error
+ * was (task_runner.h, "Worker deaths").
  */
-static TimeoutId le_watchdog_timeout;
-static LeTaskSlot *le_watchdog_slot = NULL;
-static int64 le_watchdog_margin = 0;
-static volatile sig_atomic_t le_watchdog_fired = false;
-
-static void
-le_watchdog_handler(void)
-{
-	TimestampTz expires;
-	TimestampTz now;
-
-	if (!le_worker_in_run || le_watchdog_slot == NULL)
-		return;
-	expires = (TimestampTz) pg_atomic_read_u64(&le_watchdog_slot->confirmed_expires);
-	now = GetCurrentTimestamp();
-	if (now >= expires)
-	{
-		/*
-		 * The lease may belong to someone else by now and the run ignored
-		 * its cancel (a procedure can catch query_canceled): end the process.
-		 * A FATAL cannot be caught, and what the run has not committed is
-		 * rolled back.
-		 */
-		le_watchdog_fired = true;
-		ProcDiePending = true;
-		InterruptPending = true;
-		SetLatch(MyLatch);
-	}
-	else if (now >= expires - le_watchdog_margin)
-	{
-		le_watchdog_fired = true;
-		QueryCancelPending = true;
-		InterruptPending = true;
-		SetLatch(MyLatch);
-	}
-}
-
-static void
-le_watchdog_start(LeTaskSlot *slot, int64 ttl_usecs)
-{
-	int			every_ms = (int) Max(ttl_usecs / 10000, 10);
-
-	le_watchdog_slot = slot;
-	le_watchdog_margin = ttl_usecs / 8;
-	le_watchdog_fired = false;
-	enable_timeout_every(le_watchdog_timeout,
-						 TimestampTzPlusMilliseconds(GetCurrentTimestamp(), every_ms),
-						 every_ms);
-}
-
-/* ---- the slot ---- */
-
-/* On exit, however it happens: the slot no longer has a live worker. */
 static void
 le_leave_slot(int code, Datum arg)
 {
@@ -152,6 +233,8 @@ le_leave_slot(int code, Datum arg)
 	SpinLockAcquire(&slot->mutex);
 	if (slot->pid == MyProcPid)
 	{
+		slot->exit_expected = (code == 0 || le_worker_shutdown || le_watchdog_killed);
+		strlcpy(slot->last_error, le_last_error, sizeof(slot->last_error));
 		slot->pid = 0;
 		slot->running = false;
 	}
@@ -160,12 +243,14 @@ le_leave_slot(int code, Datum arg)
 
 /*
  * Claim the slot the launcher assigned to this task.  Exits quietly if the
- * launcher gave it away meanwhile, or if another worker has it.
+ * launcher gave it away meanwhile, if another worker has it, or if a live
+ * worker of another slot has the same name (one run per name).
  */
 static LeTaskSlot *
 le_claim_slot(int slotno, int64 task_id)
 {
 	LeTaskSlot *slot;
+	char		name[LE_MAX_NAME_BYTES + 1];
 
 	if (le_tasks == NULL || slotno < 0 || slotno >= le_tasks->nslots)
 		elog(ERROR, "leader_election task worker started without a valid slot");
@@ -179,8 +264,25 @@ le_claim_slot(int slotno, int64 task_id)
 	slot->pid = MyProcPid;
 	slot->running = false;
 	slot->cancel_requested = false;
+	slot->exit_expected = false;
+	slot->last_error[0] = '\0';
+	strlcpy(name, slot->name, sizeof(name));
 	SpinLockRelease(&slot->mutex);
 	on_shmem_exit(le_leave_slot, PointerGetDatum(slot));
+
+	for (int i = 0; i < le_tasks->nslots; i++)
+	{
+		LeTaskSlot *other = &le_tasks->slots[i];
+		bool		busy;
+
+		if (other == slot)
+			continue;
+		SpinLockAcquire(&other->mutex);
+		busy = other->in_use && other->pid != 0 && strcmp(other->name, name) == 0;
+		SpinLockRelease(&other->mutex);
+		if (busy)
+			proc_exit(0);
+	}
 	return slot;
 }
 
@@ -223,21 +325,66 @@ le_unpublish_run(LeTaskSlot *slot, char *reason)
 	return cancelled;
 }
 
-/* ---- the lease and the run records ---- */
+/* ---- the session ---- */
 
-/* Release the runner's lease on name, in a transaction of its own. */
+static char le_identity[LE_MAX_HOLDER_BYTES + 1];
+static char *le_lease_name = NULL;	/* in TopMemoryContext once known */
+
+/* What the worker sets in its own session. */
 static void
-le_worker_release(const char *name, const char *identity)
+le_worker_session_settings(void)
+{
+	/* am_leader()/assert_leader() in the procedure default to the runner. */
+	SetConfigOption("leader_election.holder_id", le_identity, PGC_USERSET, PGC_S_SESSION);
+	if (le_lease_name != NULL)
+	{
+		char		appname[NAMEDATALEN];
+
+		snprintf(appname, sizeof(appname), "leader_election task %s", le_lease_name);
+		SetConfigOption("application_name", appname, PGC_USERSET, PGC_S_SESSION);
+	}
+}
+
+/*
+ * Reset what a run may have changed in the session, as DISCARD ALL does
+ * (which cannot be run from here: it refuses to run in a transaction), but
+ * keeping the portal the worker runs its CALLs in.  In a transaction,
+ * before the runner's own settings.
+ */
+static void
+le_reset_session(void)
+{
+	SetPGVariable("session_authorization", NIL, false);
+	SetPGVariable("role", NIL, false);
+	ResetAllOptions();
+	DropAllPreparedStatements();
+	Async_UnlistenAll();
+	LockReleaseAll(USER_LOCKMETHOD, true);
+	ResetPlanCache();
+	ResetTempTableNamespace();
+	ResetSequenceCaches();
+	le_worker_session_settings();
+}
+
+/*
+ * A transaction of the runner's own, like le_task_xact_begin(), after
+ * resetting the session if a run may have changed it.
+ */
+static void
+le_worker_xact_begin(bool reset_session)
 {
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
+	le_task_settings_before_snapshot();
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
 	PushActiveSnapshot(GetTransactionSnapshot());
-	le_task_set_lock_timeout();
-	(void) DirectFunctionCall2(release_leader, CStringGetTextDatum(name),
-							   CStringGetTextDatum(identity));
-	PopActiveSnapshot();
-	CommitTransactionCommand();
+	if (reset_session)
+		le_reset_session();
+	le_task_settings();
 }
+
+/* ---- the lease and the run records ---- */
 
 /* Close the rows of runs a previous worker of this task left open. */
 static void
@@ -255,30 +402,39 @@ le_close_orphan_runs(int64 task_id)
 								 1, types, values, NULL, false, 0);
 }
 
-/* Insert the 'running' row of a run; returns its id. */
+/*
+ * Insert the 'running' row of a run; returns its id and, in *started, the
+ * start it records.
+ */
 static int64
-le_record_start(const LeTask *t, int64 term, const char *identity)
+le_record_start(const LeTask *t, int64 term, TimestampTz *started)
 {
 	Oid			types[5] = {INT8OID, TEXTOID, OIDOID, INT8OID, TEXTOID};
 	Datum		values[5];
+	bool		isnull;
 
 	values[0] = Int64GetDatum(t->id);
 	values[1] = CStringGetTextDatum(t->name);
 	values[2] = ObjectIdGetDatum(t->owner);
 	values[3] = Int64GetDatum(term);
-	values[4] = CStringGetTextDatum(identity);
+	values[4] = CStringGetTextDatum(le_identity);
+	/* Monitoring only: never wait for a row another session has locked. */
 	le_exec_as_task_tables_owner("UPDATE leader_election.tasks SET last_started_at = pg_catalog.clock_timestamp(),"
-								 " last_status = 'running' WHERE id OPERATOR(pg_catalog.=) $1",
+								 " last_status = 'running' WHERE id OPERATOR(pg_catalog.=)"
+								 " (SELECT l.id FROM leader_election.tasks AS l WHERE l.id OPERATOR(pg_catalog.=) $1"
+								 "  FOR NO KEY UPDATE SKIP LOCKED)",
 								 1, types, values, NULL, false, 0);
 	le_exec_as_task_tables_owner("INSERT INTO leader_election.task_runs"
 								 " (task_id, task_name, owner, term, holder, pid, started_at, status)"
 								 " VALUES ($1, $2, $3, $4, $5, pg_catalog.pg_backend_pid(),"
-								 " pg_catalog.clock_timestamp(), 'running') RETURNING id",
+								 " pg_catalog.clock_timestamp(), 'running') RETURNING id, started_at",
 								 5, types, values, NULL, false, 0);
+	*started = DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[0],
+												 SPI_tuptable->tupdesc, 2, &isnull));
 	return le_spi_int64(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
 }
 
-/* Record how a run ended and trim the task's history; own transaction. */
+/* Record how a run ended and trim the task's history (in a transaction). */
 static void
 le_record_end(int64 task_id, int64 run_id, const char *status, const char *error)
 {
@@ -286,7 +442,6 @@ le_record_end(int64 task_id, int64 run_id, const char *status, const char *error
 	Datum		values[5];
 	char		nulls[5] = {' ', ' ', ' ', ' ', ' '};
 
-	le_task_xact_begin();
 	values[0] = Int64GetDatum(task_id);
 	values[1] = Int64GetDatum(run_id);
 	values[2] = CStringGetTextDatum(status);
@@ -297,11 +452,13 @@ le_record_end(int64 task_id, int64 run_id, const char *status, const char *error
 	values[4] = Int32GetDatum(le_task_runs_max);
 	le_exec_as_task_tables_owner("UPDATE leader_election.task_runs SET status = $3, error = $4,"
 								 " finished_at = pg_catalog.clock_timestamp()"
-								 " WHERE id OPERATOR(pg_catalog.=) $2",
+								 " WHERE id OPERATOR(pg_catalog.=) $2"
+								 " AND status OPERATOR(pg_catalog.=) 'running'",
 								 5, types, values, nulls, false, 0);
 	le_exec_as_task_tables_owner("UPDATE leader_election.tasks SET last_status = $3,"
 								 " last_finished_at = pg_catalog.clock_timestamp()"
-								 " WHERE id OPERATOR(pg_catalog.=) $1",
+								 " WHERE id OPERATOR(pg_catalog.=) (SELECT l.id FROM leader_election.tasks AS l"
+								 "  WHERE l.id OPERATOR(pg_catalog.=) $1 FOR NO KEY UPDATE SKIP LOCKED)",
 								 5, types, values, nulls, false, 0);
 	/* Keep the newest task_runs_max rows of this task. */
 	le_exec_as_task_tables_owner("DELETE FROM leader_election.task_runs"
@@ -310,7 +467,64 @@ le_record_end(int64 task_id, int64 run_id, const char *status, const char *error
 								 "   WHERE r.task_id OPERATOR(pg_catalog.=) $1"
 								 "   ORDER BY r.id DESC OFFSET $5 LIMIT 1)",
 								 5, types, values, nulls, false, 0);
+}
+
+/* ---- the exit ---- */
+
+static int64 le_task_id = 0;
+static int64 le_held_term = 0;	/* the term this worker last took or renewed */
+static int64 le_open_run = 0;	/* a 'running' row of this worker, or 0 */
+
+/*
+ * However the worker exits (but a crash), close its open run record and
+ * release the term it holds, in a transaction of its own -- as PostgreSQL
+ * removes a session's temporary tables on exit.  Registered after the
+ * connection, so it runs before the session's transaction state is torn
+ * down; an error here ends the process, and the lease then expires.
+ */
+static void
+le_worker_exit(int code, Datum arg)
+{
+	const char *why;
+
+	le_block_our_signals(true);
+	le_worker_in_run = false;
+	le_timer_arm(0);
+	if ((le_open_run == 0 && le_held_term == 0) || !PostmasterIsAlive())
+		return;
+
+	if (le_watchdog_killed && le_stop_deadline != 0 && !le_watchdog_cancelled)
+		why = le_worker_shutdown ?
+			"the task worker was told to stop (server shutdown, or the task was stopped) and did not end within the stop grace" :
+			"cancelled, and did not end within the stop grace";
+	else if (le_watchdog_killed)
+		why = "leadership lost: the lease was not renewed in time (noticed by the worker), and the run did not end";
+	else if (le_worker_shutdown)
+		why = "the task worker was told to stop (server shutdown, or the task was stopped)";
+	else
+		why = NULL;
+
+	AbortOutOfAnyTransaction();
+	QueryCancelPending = false;
+	le_worker_xact_begin(true);
+	if (le_open_run != 0)
+	{
+		char	   *error = why ? (char *) why :
+		psprintf("the task worker exited during the run: %s", le_last_error);
+
+		le_record_end(le_task_id, le_open_run, why ? "cancelled" : "failed", error);
+	}
+	if (le_held_term != 0 && le_lease_name != NULL)
+	{
+		LeIdentity	who;
+
+		who.holder = le_identity;
+		who.session_bound = false;
+		(void) le_release_term(le_lease_name, &who, le_held_term);
+	}
 	le_task_xact_commit();
+	le_open_run = 0;
+	le_held_term = 0;
 }
 
 /* ---- the run ---- */
@@ -318,7 +532,8 @@ le_record_end(int64 task_id, int64 run_id, const char *status, const char *error
 /*
  * CALL the procedure, non-atomically so that it may COMMIT.  Returns NULL
  * on success, else the error (copied into cxt).  The call text is built
- * from the catalog with quoted identifiers; the term is a literal number.
+ * in cxt from the catalog with quoted identifiers; the term is a literal
+ * number.
  *
  * A non-atomic CALL needs a portal to hang its memory and snapshot on, as
  * when a client sends CALL.  The worker makes one, outside any transaction
@@ -334,6 +549,7 @@ le_call_procedure(const LeTask *t, int64 term, MemoryContext cxt)
 	Portal		portal;
 	ErrorData  *edata = NULL;
 
+	MemoryContextSwitchTo(cxt);
 	initStringInfo(&sql);
 	appendStringInfo(&sql, "CALL %s(",
 					 quote_qualified_identifier(t->proc_schema, t->proc_name));
@@ -391,43 +607,69 @@ le_call_procedure(const LeTask *t, int64 term, MemoryContext cxt)
 
 /*
  * Run the task once, in term, as the 'running' row run_id that the caller
- * has committed, and record how it ended.
+ * has committed with a lease valid until expires, and record how it ended.
  */
 static void
 le_run_task(LeTaskSlot *slot, const LeTask *t, int64 term, int64 run_id,
 			TimestampTz expires, MemoryContext cxt)
 {
-	ErrorData  *edata;
+	ErrorData  *edata = NULL;
 	char		reason[LE_TASK_REASON_LEN];
 	bool		cancelled;
+	bool		started = false;
+	TimestampTz now;
 
 	le_publish_run(slot, run_id, term, t->ttl_usecs, expires);
 
-	le_worker_in_run = true;
-	if (le_worker_shutdown)
+	/*
+	 * No CALL without enough lease left, measured after the commit; checked
+	 * again once the watchdog is armed, which covers any delay after that.
+	 */
+	now = GetCurrentTimestamp();
+	if (!le_worker_shutdown && expires - now >= LE_TASK_START_MARGIN(t->ttl_usecs))
 	{
-		/* SIGTERM came before the run was published: cancel it at once. */
-		QueryCancelPending = true;
-		InterruptPending = true;
-	}
-	le_watchdog_start(slot, t->ttl_usecs);
-	edata = le_call_procedure(t, term, cxt);
-	le_worker_in_run = false;
-	disable_timeout(le_watchdog_timeout, false);
-	QueryCancelPending = false; /* a cancel that came too late to matter */
+		le_block_our_signals(true);
+		le_run_ttl = t->ttl_usecs;
+		le_stop_deadline = 0;
+		le_watchdog_cancelled = false;
+		le_watchdog_killed = false;
+		le_worker_in_run = true;
+		le_watchdog_check();
+		le_block_our_signals(false);
 
+		now = GetCurrentTimestamp();
+		if (!le_worker_shutdown && !QueryCancelPending &&
+			expires - now >= LE_TASK_START_MARGIN(t->ttl_usecs))
+		{
+			started = true;
+			edata = le_call_procedure(t, term, cxt);
+		}
+	}
+
+	le_block_our_signals(true);
+	le_worker_in_run = false;
+	le_timer_arm(0);
+	le_block_our_signals(false);
+	QueryCancelPending = false; /* a cancel that came too late to matter */
 	cancelled = le_unpublish_run(slot, reason);
 
-	if (edata == NULL)
+	le_worker_xact_begin(true);
+	if (!started)
+		le_record_end(t->id, run_id, "skipped", le_worker_shutdown ?
+					  "the task worker was told to stop before the run started" :
+					  "not started: less than half the ttl was left on the lease after the run was recorded (the worker was delayed)");
+	else if (edata == NULL)
 		le_record_end(t->id, run_id, "succeeded", NULL);
 	else if (edata->sqlerrcode == ERRCODE_QUERY_CANCELED && cancelled)
 		le_record_end(t->id, run_id, "cancelled", reason);
-	else if (edata->sqlerrcode == ERRCODE_QUERY_CANCELED && le_watchdog_fired)
+	else if (edata->sqlerrcode == ERRCODE_QUERY_CANCELED && le_watchdog_cancelled)
 		le_record_end(t->id, run_id, "cancelled",
 					  "leadership lost: the lease was not renewed in time (noticed by the worker)");
 	else if (edata->sqlerrcode == ERRCODE_QUERY_CANCELED && le_worker_shutdown)
 		le_record_end(t->id, run_id, "cancelled",
 					  "the task worker was told to stop (server shutdown, or the task was stopped)");
+	else if (edata->sqlerrcode == ERRCODE_QUERY_CANCELED && le_stop_deadline != 0)
+		le_record_end(t->id, run_id, "cancelled", "cancelled (pg_cancel_backend)");
 	else
 	{
 		le_record_end(t->id, run_id, "failed", edata->message);
@@ -435,6 +677,8 @@ le_run_task(LeTaskSlot *slot, const LeTask *t, int64 term, int64 run_id,
 				(errmsg("leader_election: task \"%s\" failed in term " INT64_FORMAT ": %s",
 						t->name, term, edata->message)));
 	}
+	le_task_xact_commit();
+	le_open_run = 0;
 }
 
 /* ---- the worker ---- */
@@ -444,39 +688,55 @@ le_task_worker_main(Datum main_arg)
 {
 	LeWorkerArgs args;
 	LeTaskSlot *slot;
-	char		identity[LE_MAX_HOLDER_BYTES + 1];
 	MemoryContext worker_cxt;
 	MemoryContext tick_cxt;
-	TimestampTz next_due = 0;
-	char	   *lease_name = NULL;
+	TimestampTz last_start = 0;
 	LeIdentity	who;
+	struct sigevent sev;
 
 	memcpy(&args, MyBgworkerEntry->bgw_extra, sizeof(args));
-	pqsignal(SIGTERM, le_worker_sigterm);
-	pqsignal(SIGINT, le_worker_sigint);
+	le_task_id = args.task_id;
+	sigemptyset(&le_our_signals);
+	sigaddset(&le_our_signals, SIGTERM);
+	sigaddset(&le_our_signals, SIGINT);
+	sigaddset(&le_our_signals, SIGUSR2);
+	le_worker_signal(SIGTERM, le_worker_sigterm);
+	le_worker_signal(SIGINT, le_worker_sigint);
+	le_worker_signal(SIGUSR2, le_worker_sigusr2);
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
+	memset(&sev, 0, sizeof(sev));
+	sev.sigev_notify = SIGEV_SIGNAL;
+	sev.sigev_signo = SIGUSR2;
+	if (timer_create(CLOCK_REALTIME, &sev, &le_timer) != 0)
+		elog(FATAL, "could not create the task watchdog timer: %m");
+	le_prev_emit_log_hook = emit_log_hook;
+	emit_log_hook = le_note_error;
 	BackgroundWorkerUnblockSignals();
 
 	slot = le_claim_slot(DatumGetInt32(main_arg), args.task_id);
+	le_slot = slot;
 	BackgroundWorkerInitializeConnectionByOid(args.database, args.owner, 0);
-	le_watchdog_timeout = RegisterTimeout(USER_TIMEOUT, le_watchdog_handler);
 
 	SpinLockAcquire(&le_tasks->mutex);
-	strlcpy(identity, le_tasks->identity, sizeof(identity));
+	strlcpy(le_identity, le_tasks->identity, sizeof(le_identity));
 	SpinLockRelease(&le_tasks->mutex);
-	/* am_leader()/assert_leader() in the procedure default to the runner. */
-	SetConfigOption("leader_election.holder_id", identity, PGC_USERSET, PGC_S_SESSION);
-	who.holder = identity;
+	le_worker_session_settings();
+	who.holder = le_identity;
 	who.session_bound = false;
+	before_shmem_exit(le_worker_exit, (Datum) 0);
 
 	worker_cxt = AllocSetContextCreate(TopMemoryContext, "leader_election task worker",
 									   ALLOCSET_DEFAULT_SIZES);
 	tick_cxt = AllocSetContextCreate(worker_cxt, "leader_election task tick",
 									 ALLOCSET_DEFAULT_SIZES);
 
-	/* Close what a previous worker of this task left open. */
-	le_task_xact_begin();
+	/*
+	 * Close what a previous worker of this task left open, and take up the
+	 * schedule where it left off.
+	 */
+	le_worker_xact_begin(false);
 	le_close_orphan_runs(args.task_id);
+	(void) le_task_last_start(args.task_id, &last_start);
 	le_task_xact_commit();
 
 	while (!le_worker_shutdown)
@@ -491,6 +751,8 @@ le_task_worker_main(Datum main_arg)
 		TimestampTz expires = 0;
 		TimestampTz now;
 		TimestampTz retry_at;
+		TimestampTz due;
+		TimestampTz started;
 		long		sleep_ms;
 
 		MemoryContextReset(tick_cxt);
@@ -502,60 +764,74 @@ le_task_worker_main(Datum main_arg)
 		}
 
 		/* One short transaction: the task, the checks, the campaign. */
-		le_task_xact_begin();
-		le_task_set_lock_timeout();
+		le_worker_xact_begin(false);
 		found = le_task_load(args.task_id, &t, tick_cxt);
+		due = last_start == 0 ? 0 : last_start + (found ? t.every_usecs : 0);
 		if (found && t.enabled)
 		{
-			if (lease_name == NULL)
+			LeaseRow	row;
+
+			if (le_lease_name == NULL)
 			{
-				lease_name = MemoryContextStrdup(worker_cxt, t.name);
-				SetConfigOption("application_name",
-								psprintf("leader_election task %s", t.name),
-								PGC_USERSET, PGC_S_SESSION);
+				le_lease_name = MemoryContextStrdup(TopMemoryContext, t.name);
+				le_worker_session_settings();
+
+				/*
+				 * A lease of this name that the runner holds now was taken by
+				 * an earlier worker of the name, which is gone (one worker per
+				 * name): end that term, so that this worker's runs have terms
+				 * of their own.
+				 */
+				le_store_read(t.name, &row);
+				if (row.found && row.holder != NULL && strcmp(row.holder, le_identity) == 0)
+				{
+					(void) le_release_term(t.name, &who, row.term);
+					CommandCounterIncrement();
+				}
 			}
 			now = GetCurrentTimestamp();
-			if (now >= next_due)
+			if (now >= due)
 				problem = le_task_problem(&t);
 			if (problem != NULL)
-				le_task_disable(&t, problem);
+				(void) le_task_disable(&t, problem);
 			else
 			{
 				leader = le_try_acquire(t.name, t.ttl_usecs, &who, &retry_at);
 				if (leader)
 				{
-					LeaseRow	row;
-
 					CommandCounterIncrement();
 					le_store_read(t.name, &row);
 					term = row.term;
 					expires = row.expires_at;
+					le_held_term = term;
 					now = GetCurrentTimestamp();
-					run = now >= next_due && le_lease_valid(&row, now);
+					run = now >= due && le_lease_valid(&row, now);
 					if (run)
-						run_id = le_record_start(&t, term, identity);
+						run_id = le_record_start(&t, term, &started);
 				}
 			}
 		}
 		le_task_xact_commit();
+		if (run)
+			le_open_run = run_id;
 
 		if (!found || !t.enabled || problem != NULL)
 			break;				/* unregistered or disabled: stop */
 
 		if (run)
 		{
-			TimestampTz started = GetCurrentTimestamp();
-
 			le_run_task(slot, &t, term, run_id, expires, tick_cxt);
-			/* Start to start; an overrun delays the next run, no overlap. */
-			next_due = Max(started + t.every_usecs, GetCurrentTimestamp());
+			/* Start to start, from the recorded start; skipped runs do not count. */
+			le_worker_xact_begin(false);
+			(void) le_task_last_start(args.task_id, &last_start);
+			le_task_xact_commit();
 			continue;
 		}
 
 		/* Sleep until the next run, renewal or campaign. */
 		now = GetCurrentTimestamp();
 		if (leader)
-			sleep_ms = Min((next_due - now) / 1000, t.ttl_usecs / 3000);
+			sleep_ms = Min((due - now) / 1000, t.ttl_usecs / 3000);
 		else
 			sleep_ms = Min(LE_CAMPAIGN_MS, t.ttl_usecs / 3000);
 		sleep_ms = Max(sleep_ms, 10);
@@ -565,8 +841,5 @@ le_task_worker_main(Datum main_arg)
 		CHECK_FOR_INTERRUPTS();
 	}
 
-	MemoryContextSwitchTo(worker_cxt);
-	if (lease_name != NULL)
-		le_worker_release(lease_name, identity);
-	proc_exit(0);
+	proc_exit(0);				/* le_worker_exit releases the lease */
 }

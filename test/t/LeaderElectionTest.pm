@@ -22,7 +22,7 @@ use Time::HiRes qw(usleep time);
 
 our @EXPORT = qw(le_node le_sqlstate le_poll le_wait_until le_session
   le_send le_collect le_finished le_quit le_wait_sleeping le_psql_pid
-  le_kill9 le_start_wait le_wake_ms le_now);
+  le_kill9 le_start_wait le_wake_ms le_now le_task_role le_worker_pid);
 
 # Seconds any single wait may take before the test gives up on it.  Generous:
 # the machine may be busy with other test suites.
@@ -232,6 +232,28 @@ sub le_wake_ms
 		SELECT round(extract(epoch FROM acquired_at - '$since'::timestamptz) * 1000, 1)
 		  FROM leader_election.history WHERE name = '$name'
 		 ORDER BY term DESC LIMIT 1});
+}
+
+# le_task_role(node, role): a LOGIN role that may use leases and tasks.
+sub le_task_role
+{
+	my ($node, $role) = @_;
+	$node->safe_psql('postgres', qq{
+CREATE ROLE $role LOGIN;
+GRANT USAGE ON SCHEMA leader_election TO $role;
+GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA leader_election TO $role;
+GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA public TO $role;
+});
+	return;
+}
+
+# le_worker_pid(node, task): pid of the task's worker, or '' if none.
+sub le_worker_pid
+{
+	my ($node, $task) = @_;
+	return $node->safe_psql('postgres', qq{SELECT string_agg(pid::text, ',')
+		FROM pg_stat_activity WHERE backend_type = 'leader_election task'
+		  AND application_name = 'leader_election task $task'});
 }
 
 # le_quit(session...): quit sessions whose psql or backend may already be
