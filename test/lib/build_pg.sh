@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# test/lib/build_pg.sh: build a PostgreSQL major that Debian 12 does not ship.
+#
+#   bash test/lib/build_pg.sh 17      # prints the bin directory on stdout
+#
+# Debian 12 packages only PostgreSQL 15, but Debian's archive keeps the
+# sources of newer majors: postgresql-17 in trixie, postgresql-18 in sid.
+# This fetches the upstream tarball with `apt-get source` through an apt
+# state of its own (its own sources.list with deb-src lines, lists and
+# cache; the system's sources are never touched), and builds into
+# $LE_PG_CACHE/pg-MAJOR (default /var/cache/leader_election/pg-MAJOR):
+# the server with --enable-tap-tests, the isolation tester, the TAP perl
+# modules and the contrib modules the tests use.  An existing build there
+# is reused.  Needs root for apt-get (bison, flex, readline, zlib, ICU).
+# Progress goes to stderr, the build log to pg-MAJOR.log beside the build.
+set -euo pipefail
+
+major=${1:?usage: build_pg.sh MAJOR}
+cache=${LE_PG_CACHE:-/var/cache/leader_election}
+prefix=$cache/pg-$major
+contrib_used=(dblink amcheck pageinspect)
+
+case $major in
+    17) suite=trixie ;;
+    18) suite=sid ;;
+    13) suite=bullseye ;;
+    *) echo "build_pg.sh: no Debian suite known for PostgreSQL $major" >&2; exit 2 ;;
+esac
+
+say() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
+
+if [ -x "$prefix/bin/pg_config" ] && [ -f "$prefix/.complete" ]; then
+    echo "$prefix/bin"
+    exit 0
+fi
+
+sudo_() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+
+need=()
+for p in bison flex libreadline-dev zlib1g-dev libicu-dev pkg-config gcc make libc6-dev \
+         libipc-run-perl xz-utils bzip2 perl; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || need+=("$p")
+done
+if [ ${#need[@]} -gt 0 ]; then
+    say "installing build dependencies: ${need[*]}"
+    sudo_ env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+    sudo_ env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+
+sudo_ mkdir -p "$cache"
+[ -w "$cache" ] || sudo_ chown "$(id -u):$(id -g)" "$cache"
+
+# A private apt state: only deb-src lines, nothing shared with the system.
+apt_dir=$cache/apt
+mkdir -p "$apt_dir/lists/partial" "$apt_dir/cache/archives/partial" "$apt_dir/sources.list.d"
+cat > "$apt_dir/sources.list" <<SOURCES
+deb-src [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian trixie main
+deb-src [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian sid main
+deb-src [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian bullseye main
+SOURCES
+apt_opts=(-o "Dir::Etc::sourcelist=$apt_dir/sources.list"
+          -o "Dir::Etc::sourceparts=$apt_dir/sources.list.d"
+          -o "Dir::State::Lists=$apt_dir/lists"
+          -o "Dir::Cache=$apt_dir/cache"
+          -o "APT::Get::List-Cleanup=0")
+
+src=$cache/src-$major
+rm -rf "$src"
+mkdir -p "$src"
+start=$(date +%s)
+if [ ! -f "$apt_dir/lists/.updated" ] || [ -n "$(find "$apt_dir/lists/.updated" -mmin +720)" ]; then
+    say "apt-get update (private deb-src state in $apt_dir)"
+    apt-get "${apt_opts[@]}" update -qq >&2
+    touch "$apt_dir/lists/.updated"
+fi
+say "apt-get source postgresql-$major/$suite"
+# --download-only: we build the upstream tarball as it is (the Debian
+# patches are about packaging paths, which a private prefix does not need).
+(cd "$src" && apt-get "${apt_opts[@]}" source --download-only -qq "postgresql-$major/$suite" >&2)
+orig=$(ls "$src"/postgresql-"$major"_*.orig.tar.* | head -1)
+tar -C "$src" -xf "$orig"
+dir=$(find "$src" -mindepth 1 -maxdepth 1 -type d -name "postgresql-$major*" | head -1)
+
+log=$cache/pg-$major.log
+say "building PostgreSQL $major from $(basename "$orig") into $prefix (log: $log)"
+rm -rf "$prefix"
+(
+    set -e
+    cd "$dir"
+    ./configure --prefix="$prefix" --enable-tap-tests --with-icu --without-openssl \
+        --enable-debug CFLAGS="-O2" >"$log" 2>&1
+    make -j"${LE_BUILD_JOBS:-2}" -s >>"$log" 2>&1
+    make -s install >>"$log" 2>&1
+    make -C src/test/isolation -s install >>"$log" 2>&1
+    make -C src/test/perl -s install >>"$log" 2>&1
+    for m in "${contrib_used[@]}"; do
+        make -C "contrib/$m" -s -j"${LE_BUILD_JOBS:-2}" install >>"$log" 2>&1
+    done
+) || { echo "build of PostgreSQL $major failed; last lines of $log:" >&2; tail -40 "$log" >&2; exit 1; }
+# The source tree is only needed for the build.
+rm -rf "$src"
+touch "$prefix/.complete"
+say "PostgreSQL $major built in $(( $(date +%s) - start )) s"
+echo "$prefix/bin"
