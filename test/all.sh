@@ -10,13 +10,17 @@
 # reused when present), then for each major: builds and installs the
 # extension and, as an unprivileged user, runs the pg_regress suite and the
 # isolation specs against a throwaway cluster, the TAP tests (each starts
-# its own clusters) and the client examples.  Prints one summary line per
-# major and exits non-zero if anything fails.
+# its own clusters) and the client examples; then, once, the META.json
+# check and the Debian package test (test/packaging).  Prints one summary
+# line per major and exits non-zero if anything fails.
 #
 #   LE_WERROR=1          compiler warnings are errors (CI sets it)
 #   LE_PG_MAJORS="15 17" only these majors (default: 15 17 18)
 #   LE_PG_BIN=DIR        the bin directory to use for its major (a private
 #                        copy of 15, say); the others are found or built
+#   LE_UPGRADE_FROM=DIR  the installation test/t/060_pg_upgrade.pl upgrades
+#                        from (default: that of the first major tested)
+#   LE_PACKAGING=0       skip the META.json and Debian package tests
 #   LE_KEEP=1            keep the scratch directories
 set -euo pipefail
 
@@ -46,6 +50,9 @@ if [ "${LE_ALL_MAJOR_RUN:-0}" != 1 ]; then
             continue
         fi
         version=$("$bin/pg_config" --version | sed -E 's/^PostgreSQL ([^ ]+).*/\1/')
+        # test/t/060_pg_upgrade.pl upgrades from the first major tested
+        # (15, with the extension just installed there) to the later ones.
+        [ -n "${LE_UPGRADE_FROM:-}" ] || first_install=$(dirname "$bin")
         t1=$(date +%s)
         le_say "PostgreSQL $version ($bin)"
         log=$(mktemp /tmp/leader_election-all-$m.XXXXXX)
@@ -59,8 +66,25 @@ if [ "${LE_ALL_MAJOR_RUN:-0}" != 1 ]; then
         f=$(sed -E 's/.* ([0-9]+) failed$/\1/' <<<"$line")
         total_passed=$((total_passed + p)) total_failed=$((total_failed + f))
         t2=$(date +%s)
+        export LE_UPGRADE_FROM=${LE_UPGRADE_FROM:-$first_install}
         summaries+=("PostgreSQL $version: $line (tests $((t2 - t1)) s$([ $t1 -gt $((t0 + 1)) ] && echo ", server build $((t1 - t0)) s"))")
     done
+    # Packaging, once: META.json for PGXN, and the Debian package built,
+    # installed and tested (for the system's major, $LE_PG_MAJOR).
+    if [ "${LE_PACKAGING:-1}" = 1 ]; then
+        for suite in "META.json (PGXN):python3 $here/packaging/meta_json.py" \
+                     "Debian package:bash $here/packaging/deb.sh"; do
+            t0=$(date +%s)
+            le_say "${suite%%:*}"
+            if ${suite#*:}; then
+                total_passed=$((total_passed + 1)); result=passed
+            else
+                total_failed=$((total_failed + 1)); result=FAILED
+            fi
+            summaries+=("${suite%%:*}: $result ($(( $(date +%s) - t0 )) s)")
+        done
+    fi
+
     le_say "summary"
     printf '%s\n' "${summaries[@]}"
     echo "suites: $total_passed passed, $total_failed failed"
