@@ -15,6 +15,7 @@
 
 #include "postgres.h"
 
+#include "access/genam.h"
 #include "access/heapam.h"
 #include "access/xlog.h"
 #if PG_VERSION_NUM >= 150000
@@ -85,6 +86,18 @@ le_heap_update(Relation rel, ItemPointer otid, HeapTuple newtup,
 #else
 	return heap_update(rel, otid, newtup, cid, InvalidSnapshot, true, tmfd,
 					   lockmode);
+#endif
+}
+
+/* index_beginscan(); PostgreSQL 18 added the instrumentation argument. */
+static inline IndexScanDesc
+le_index_beginscan(Relation heap, Relation index, Snapshot snapshot,
+				   int nkeys, int norderbys)
+{
+#if PG_VERSION_NUM >= 180000
+	return index_beginscan(heap, index, snapshot, NULL, nkeys, norderbys);
+#else
+	return index_beginscan(heap, index, snapshot, nkeys, norderbys);
 #endif
 }
 
