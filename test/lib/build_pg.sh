@@ -4,15 +4,19 @@
 #   bash test/lib/build_pg.sh 17      # prints the bin directory on stdout
 #
 # Debian 12 packages only PostgreSQL 15, but Debian's archive keeps the
-# sources of newer majors: postgresql-17 in trixie, postgresql-18 in sid.
-# This fetches the upstream tarball with `apt-get source` through an apt
-# state of its own (its own sources.list with deb-src lines, lists and
-# cache; the system's sources are never touched), and builds into
-# $LE_PG_CACHE/pg-MAJOR (default /var/cache/leader_election/pg-MAJOR):
-# the server with --enable-tap-tests, the isolation tester, the TAP perl
-# modules and the contrib modules the tests use.  An existing build there
-# is reused.  Needs root for apt-get (bison, flex, readline, zlib, ICU).
-# Progress goes to stderr, the build log to pg-MAJOR.log beside the build.
+# sources of newer majors: postgresql-17 in trixie (and its security
+# updates), postgresql-18 in sid.  This fetches the newest upstream tarball
+# of the major with `apt-get source` through an apt state of its own (its
+# own sources.list with deb-src lines, lists and cache; the system's
+# sources are never touched), and builds into $LE_PG_CACHE/pg-MAJOR
+# (default /var/cache/leader_election/pg-MAJOR): the server with
+# --enable-tap-tests, the isolation tester, the TAP perl modules and the
+# contrib modules the tests use.  A build there is reused until the archive
+# has a newer minor release (checked at most every 12 hours).  The newest
+# minor matters: pg_upgrade from Debian 12's PostgreSQL 15 needs a target
+# at least as recent as the 15 release.  Needs root for apt-get (bison,
+# flex, readline, zlib, ICU).  Progress goes to stderr, the build log to
+# pg-MAJOR.log beside the build.
 set -euo pipefail
 
 major=${1:?usage: build_pg.sh MAJOR}
@@ -21,20 +25,43 @@ prefix=$cache/pg-$major
 contrib_used=(dblink amcheck pageinspect)
 
 case $major in
-    17) suite=trixie ;;
-    18) suite=sid ;;
-    13) suite=bullseye ;;
+    17|18) ;;
     *) echo "build_pg.sh: no Debian suite known for PostgreSQL $major" >&2; exit 2 ;;
 esac
 
 say() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
 
-if [ -x "$prefix/bin/pg_config" ] && [ -f "$prefix/.complete" ]; then
-    echo "$prefix/bin"
-    exit 0
-fi
-
 sudo_() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+
+sudo_ mkdir -p "$cache"
+[ -w "$cache" ] || sudo_ chown "$(id -u):$(id -g)" "$cache"
+
+# A private apt state: only deb-src lines, nothing shared with the system.
+apt_dir=$cache/apt
+mkdir -p "$apt_dir/lists/partial" "$apt_dir/cache/archives/partial" "$apt_dir/sources.list.d"
+cat > "$apt_dir/sources.list" <<SOURCES
+deb-src [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian trixie main
+deb-src [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian-security trixie-security main
+deb-src [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian sid main
+SOURCES
+apt_opts=(-o "Dir::Etc::sourcelist=$apt_dir/sources.list"
+          -o "Dir::Etc::sourceparts=$apt_dir/sources.list.d"
+          -o "Dir::State::Lists=$apt_dir/lists"
+          -o "Dir::Cache=$apt_dir/cache"
+          -o "APT::Get::List-Cleanup=0")
+
+# The cached build is current if it is of the newest source version seen
+# in lists fetched within the last 12 hours.
+stamp=$apt_dir/lists/.updated
+if [ -f "$prefix/.complete" ] && [ -x "$prefix/bin/pg_config" ] && [ -f "$stamp" ] \
+   && [ -z "$(find "$stamp" -mmin +720)" ] && [ "$(cat "$stamp")" = "$(cat "$apt_dir/sources.list")" ]; then
+    newest=$(apt-cache "${apt_opts[@]}" showsrc "postgresql-$major" 2>/dev/null \
+             | sed -n 's/^Version: //p' | sort -V | tail -1)
+    if [ "$(cat "$prefix/.complete")" = "$newest" ]; then
+        echo "$prefix/bin"
+        exit 0
+    fi
+fi
 
 need=()
 for p in bison flex libreadline-dev zlib1g-dev libicu-dev pkg-config gcc make libc6-dev \
@@ -47,36 +74,28 @@ if [ ${#need[@]} -gt 0 ]; then
     sudo_ env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
 
-sudo_ mkdir -p "$cache"
-[ -w "$cache" ] || sudo_ chown "$(id -u):$(id -g)" "$cache"
-
-# A private apt state: only deb-src lines, nothing shared with the system.
-apt_dir=$cache/apt
-mkdir -p "$apt_dir/lists/partial" "$apt_dir/cache/archives/partial" "$apt_dir/sources.list.d"
-cat > "$apt_dir/sources.list" <<SOURCES
-deb-src [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian trixie main
-deb-src [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian sid main
-deb-src [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian bullseye main
-SOURCES
-apt_opts=(-o "Dir::Etc::sourcelist=$apt_dir/sources.list"
-          -o "Dir::Etc::sourceparts=$apt_dir/sources.list.d"
-          -o "Dir::State::Lists=$apt_dir/lists"
-          -o "Dir::Cache=$apt_dir/cache"
-          -o "APT::Get::List-Cleanup=0")
+start=$(date +%s)
+if [ ! -f "$stamp" ] || [ -n "$(find "$stamp" -mmin +720)" ] || [ "$(cat "$stamp")" != "$(cat "$apt_dir/sources.list")" ]; then
+    say "apt-get update (private deb-src state in $apt_dir)"
+    apt-get "${apt_opts[@]}" update -qq >&2
+    cp "$apt_dir/sources.list" "$stamp"
+fi
+newest=$(apt-cache "${apt_opts[@]}" showsrc "postgresql-$major" | sed -n 's/^Version: //p' | sort -V | tail -1)
+[ -n "$newest" ] || { echo "build_pg.sh: no source package postgresql-$major in $apt_dir/sources.list" >&2; exit 1; }
+if [ -f "$prefix/.complete" ] && [ "$(cat "$prefix/.complete")" = "$newest" ]; then
+    echo "$prefix/bin"
+    exit 0
+fi
 
 src=$cache/src-$major
 rm -rf "$src"
 mkdir -p "$src"
-start=$(date +%s)
-if [ ! -f "$apt_dir/lists/.updated" ] || [ -n "$(find "$apt_dir/lists/.updated" -mmin +720)" ]; then
-    say "apt-get update (private deb-src state in $apt_dir)"
-    apt-get "${apt_opts[@]}" update -qq >&2
-    touch "$apt_dir/lists/.updated"
-fi
-say "apt-get source postgresql-$major/$suite"
+# apt downloads as the unprivileged _apt user where it can write.
+id _apt >/dev/null 2>&1 && chown _apt "$src"
+say "apt-get source postgresql-$major=$newest"
 # --download-only: we build the upstream tarball as it is (the Debian
 # patches are about packaging paths, which a private prefix does not need).
-(cd "$src" && apt-get "${apt_opts[@]}" source --download-only -qq "postgresql-$major/$suite" >&2)
+(cd "$src" && apt-get "${apt_opts[@]}" source --download-only -qq "postgresql-$major=$newest" >&2)
 orig=$(ls "$src"/postgresql-"$major"_*.orig.tar.* | head -1)
 tar -C "$src" -xf "$orig"
 dir=$(find "$src" -mindepth 1 -maxdepth 1 -type d -name "postgresql-$major*" | head -1)
@@ -99,6 +118,6 @@ rm -rf "$prefix"
 ) || { echo "build of PostgreSQL $major failed; last lines of $log:" >&2; tail -40 "$log" >&2; exit 1; }
 # The source tree is only needed for the build.
 rm -rf "$src"
-touch "$prefix/.complete"
-say "PostgreSQL $major built in $(( $(date +%s) - start )) s"
+echo "$newest" > "$prefix/.complete"
+say "PostgreSQL $major ($newest) built in $(( $(date +%s) - start )) s"
 echo "$prefix/bin"
