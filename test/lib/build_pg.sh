@@ -55,9 +55,9 @@ apt_opts=(-o "Dir::Etc::sourcelist=$apt_dir/sources.list"
 stamp=$apt_dir/lists/.updated
 if [ -f "$prefix/.complete" ] && [ -x "$prefix/bin/pg_config" ] && [ -f "$stamp" ] \
    && [ -z "$(find "$stamp" -mmin +720)" ] && [ "$(cat "$stamp")" = "$(cat "$apt_dir/sources.list")" ]; then
-    newest=$(apt-cache "${apt_opts[@]}" showsrc "postgresql-$major" 2>/dev/null \
-             | sed -n 's/^Version: //p' | sort -V | tail -1)
-    if [ "$(cat "$prefix/.complete")" = "$newest" ]; then
+    # Built from these lists (a version they list): current.
+    listed=$(apt-cache "${apt_opts[@]}" showsrc "postgresql-$major" 2>/dev/null || true)
+    if grep -qx "Version: $(cat "$prefix/.complete")" <<<"$listed"; then
         echo "$prefix/bin"
         exit 0
     fi
@@ -80,22 +80,31 @@ if [ ! -f "$stamp" ] || [ -n "$(find "$stamp" -mmin +720)" ] || [ "$(cat "$stamp
     apt-get "${apt_opts[@]}" update -qq >&2
     cp "$apt_dir/sources.list" "$stamp"
 fi
-newest=$(apt-cache "${apt_opts[@]}" showsrc "postgresql-$major" | sed -n 's/^Version: //p' | sort -V | tail -1)
-[ -n "$newest" ] || { echo "build_pg.sh: no source package postgresql-$major in $apt_dir/sources.list" >&2; exit 1; }
-if [ -f "$prefix/.complete" ] && [ "$(cat "$prefix/.complete")" = "$newest" ]; then
-    echo "$prefix/bin"
-    exit 0
-fi
+versions=$(apt-cache "${apt_opts[@]}" showsrc "postgresql-$major" | sed -n 's/^Version: //p' | sort -Vru)
+[ -n "$versions" ] || { echo "build_pg.sh: no source package postgresql-$major in $apt_dir/sources.list" >&2; exit 1; }
 
 src=$cache/src-$major
-rm -rf "$src"
-mkdir -p "$src"
-# apt downloads as the unprivileged _apt user where it can write.
-id _apt >/dev/null 2>&1 && chown _apt "$src"
-say "apt-get source postgresql-$major=$newest"
-# --download-only: we build the upstream tarball as it is (the Debian
-# patches are about packaging paths, which a private prefix does not need).
-(cd "$src" && apt-get "${apt_opts[@]}" source --download-only -qq "postgresql-$major=$newest" >&2)
+# The newest version whose files can be fetched (a suite's index may list a
+# version its pool does not serve here).
+newest=
+for v in $versions; do
+    if [ -f "$prefix/.complete" ] && [ "$(cat "$prefix/.complete")" = "$v" ]; then
+        echo "$prefix/bin"
+        exit 0
+    fi
+    rm -rf "$src"
+    mkdir -p "$src"
+    # apt downloads as the unprivileged _apt user where it can write.
+    id _apt >/dev/null 2>&1 && chown _apt "$src"
+    say "apt-get source postgresql-$major=$v"
+    # --download-only: we build the upstream tarball as it is (the Debian
+    # patches are about packaging paths, which a private prefix does not need).
+    if (cd "$src" && apt-get "${apt_opts[@]}" source --download-only -qq "postgresql-$major=$v" >&2); then
+        newest=$v
+        break
+    fi
+done
+[ -n "$newest" ] || { echo "build_pg.sh: could not fetch any version of postgresql-$major" >&2; exit 1; }
 orig=$(ls "$src"/postgresql-"$major"_*.orig.tar.* | head -1)
 tar -C "$src" -xf "$orig"
 dir=$(find "$src" -mindepth 1 -maxdepth 1 -type d -name "postgresql-$major*" | head -1)
