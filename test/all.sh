@@ -18,8 +18,10 @@
 #   LE_PG_MAJORS="15 17" only these majors (default: 15 17 18)
 #   LE_PG_BIN=DIR        the bin directory to use for its major (a private
 #                        copy of 15, say); the others are found or built
-#   LE_UPGRADE_FROM=DIR  the installation test/t/060_pg_upgrade.pl upgrades
-#                        from (default: that of the first major tested)
+#   LE_UPGRADE_FROM=DIR  the installation (with leader_election) that
+#                        test/t/060_pg_upgrade.pl upgrades from; default:
+#                        PostgreSQL ${LE_UPGRADE_FROM_VERSION:-15.18-0+deb12u1}
+#                        built from bookworm's source (none: no upgrade test)
 #   LE_PACKAGING=0       skip the META.json and Debian package tests
 #   LE_KEEP=1            keep the scratch directories
 set -euo pipefail
@@ -32,12 +34,36 @@ if [ "${LE_ALL_MAJOR_RUN:-0}" != 1 ]; then
     majors=${LE_PG_MAJORS:-15 17 18}
     # pg_cron is packaged for Debian 12's PostgreSQL 15 only; its test
     # skips (with the reason) on the majors built from source.
+    total_passed=0 total_failed=0 summaries=()
     le_install_packages pgbouncer "postgresql-$LE_PG_MAJOR-cron" faketime python3 python3-psycopg2 \
         $(command -v node >/dev/null || echo nodejs npm)
 
+    # The old side of test/t/060_pg_upgrade.pl: PostgreSQL 15 with the
+    # extension installed.  Debian 12's current 15 (15.20) writes column
+    # versions into pg_upgrade's dump that the 17 and 18 minors in Debian's
+    # archive predate, so the upgrade starts from the previous 15 minor,
+    # built from bookworm's source like the others.
+    if [ -z "${LE_UPGRADE_FROM:-}" ] && [ "${LE_UPGRADE_FROM_VERSION:-15.18-0+deb12u1}" != none ] \
+       && [ -n "$(tr ' ' '\n' <<<"$majors" | awk '$1 > 15')" ]; then
+        t0=$(date +%s)
+        if ubin=$(bash "$here/lib/build_pg.sh" 15 "${LE_UPGRADE_FROM_VERSION:-15.18-0+deb12u1}"); then
+            uwork=$(le_workdir)
+            if (LE_PG_BIN=$ubin; le_build_install "$uwork"); then
+                export LE_UPGRADE_FROM=${ubin%/bin}
+                summaries+=("pg_upgrade source: $("$ubin/pg_config" --version) with leader_election ($(( $(date +%s) - t0 )) s)")
+            else
+                total_failed=$((total_failed + 1))
+                summaries+=("pg_upgrade source: leader_election does not build on $("$ubin/pg_config" --version): FAILED")
+            fi
+            rm -rf "$uwork"
+        else
+            total_failed=$((total_failed + 1))
+            summaries+=("pg_upgrade source: PostgreSQL ${LE_UPGRADE_FROM_VERSION:-15.18-0+deb12u1} could not be built: FAILED")
+        fi
+    fi
+
     user_major=
     [ -n "$user_bin" ] && user_major=$("$user_bin/pg_config" --version | sed -E 's/^PostgreSQL ([0-9]+).*/\1/')
-    total_passed=0 total_failed=0 summaries=()
     for m in $majors; do
         t0=$(date +%s)
         if [ "$m" = "$user_major" ]; then
@@ -50,9 +76,6 @@ if [ "${LE_ALL_MAJOR_RUN:-0}" != 1 ]; then
             continue
         fi
         version=$("$bin/pg_config" --version | sed -E 's/^PostgreSQL ([^ ]+).*/\1/')
-        # test/t/060_pg_upgrade.pl upgrades from the first major tested
-        # (15, with the extension just installed there) to the later ones.
-        [ -n "${LE_UPGRADE_FROM:-}" ] || first_install=$(dirname "$bin")
         t1=$(date +%s)
         le_say "PostgreSQL $version ($bin)"
         log=$(mktemp /tmp/leader_election-all-$m.XXXXXX)
@@ -66,7 +89,6 @@ if [ "${LE_ALL_MAJOR_RUN:-0}" != 1 ]; then
         f=$(sed -E 's/.* ([0-9]+) failed$/\1/' <<<"$line")
         total_passed=$((total_passed + p)) total_failed=$((total_failed + f))
         t2=$(date +%s)
-        export LE_UPGRADE_FROM=${LE_UPGRADE_FROM:-$first_install}
         summaries+=("PostgreSQL $version: $line (tests $((t2 - t1)) s$([ $t1 -gt $((t0 + 1)) ] && echo ", server build $((t1 - t0)) s"))")
     done
     # Packaging, once: META.json for PGXN, and the Debian package built,

@@ -19,13 +19,17 @@
 # pg-MAJOR.log beside the build.
 set -euo pipefail
 
-major=${1:?usage: build_pg.sh MAJOR}
+major=${1:?usage: build_pg.sh MAJOR [DEBIAN-VERSION]}
+# An exact Debian version (e.g. 15.18-0+deb12u1) builds that one, into a
+# directory of its own: test/all.sh uses it for the old side of pg_upgrade.
+pinned=${2:-}
 cache=${LE_PG_CACHE:-/var/cache/leader_election}
-prefix=$cache/pg-$major
+prefix=$cache/pg-$major${pinned:+-$(tr -c 'A-Za-z0-9.\n' _ <<<"$pinned")}
 contrib_used=(dblink amcheck pageinspect)
 
 case $major in
     17|18) ;;
+    15) [ -n "$pinned" ] || { echo "build_pg.sh: PostgreSQL 15 is Debian 12's own; name a version to build" >&2; exit 2; } ;;
     *) echo "build_pg.sh: no Debian suite known for PostgreSQL $major" >&2; exit 2 ;;
 esac
 
@@ -43,6 +47,7 @@ cat > "$apt_dir/sources.list" <<SOURCES
 deb-src [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian trixie main
 deb-src [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian-security trixie-security main
 deb-src [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian sid main
+deb-src [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian bookworm main
 SOURCES
 apt_opts=(-o "Dir::Etc::sourcelist=$apt_dir/sources.list"
           -o "Dir::Etc::sourceparts=$apt_dir/sources.list.d"
@@ -81,9 +86,13 @@ if [ ! -f "$stamp" ] || [ -n "$(find "$stamp" -mmin +720)" ] || [ "$(cat "$stamp
     cp "$apt_dir/sources.list" "$stamp"
 fi
 versions=$(apt-cache "${apt_opts[@]}" showsrc "postgresql-$major" | sed -n 's/^Version: //p' | sort -Vru)
+if [ -n "$pinned" ]; then
+    grep -qx -- "$pinned" <<<"$versions" || { echo "build_pg.sh: postgresql-$major $pinned is not in $apt_dir/sources.list" >&2; exit 1; }
+    versions=$pinned
+fi
 [ -n "$versions" ] || { echo "build_pg.sh: no source package postgresql-$major in $apt_dir/sources.list" >&2; exit 1; }
 
-src=$cache/src-$major
+src=$cache/src-$(basename "$prefix")
 # The newest version whose files can be fetched (a suite's index may list a
 # version its pool does not serve here).
 newest=
@@ -109,7 +118,7 @@ orig=$(ls "$src"/postgresql-"$major"_*.orig.tar.* | head -1)
 tar -C "$src" -xf "$orig"
 dir=$(find "$src" -mindepth 1 -maxdepth 1 -type d -name "postgresql-$major*" | head -1)
 
-log=$cache/pg-$major.log
+log=$prefix.log
 say "building PostgreSQL $major from $(basename "$orig") into $prefix (log: $log)"
 rm -rf "$prefix"
 (
