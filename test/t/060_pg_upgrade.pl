@@ -67,9 +67,24 @@ sub max_term
 		                         UNION ALL SELECT term FROM leader_election.leases) t});
 }
 
+# PostgreSQL 18's test modules write settings that 15 does not know
+# (autovacuum_worker_slots) into every node's postgresql.conf.
+sub drop_unknown_settings
+{
+	my ($node) = @_;
+	my $file = $node->data_dir . '/postgresql.conf';
+	my $text = PostgreSQL::Test::Utils::slurp_file($file);
+	$text =~ s/^autovacuum_worker_slots\b.*$//mg;
+	open my $fh, '>', $file or die "$file: $!";
+	print $fh $text;
+	close $fh;
+	return;
+}
+
 # ---- the old cluster, on PostgreSQL 15, taken to timeline 3 ----
 my $tl1 = PostgreSQL::Test::Cluster->new('old_tl1', install_path => $from);
 $tl1->init(allows_streaming => 1, extra => \@initdb);
+drop_unknown_settings($tl1);
 $tl1->append_conf('postgresql.conf', $conf);
 $tl1->start;
 $tl1->safe_psql('postgres', q{
@@ -85,6 +100,7 @@ for my $tli (2, 3)
 	$old->backup("to_tl$tli");
 	my $next = PostgreSQL::Test::Cluster->new("old_tl$tli", install_path => $from);
 	$next->init_from_backup($old, "to_tl$tli", has_streaming => 1);
+	drop_unknown_settings($next);
 	$next->start;
 	$old->wait_for_catchup($next);
 	$old->stop;
