@@ -89,7 +89,9 @@ if [ "${LE_ALL_MAJOR_RUN:-0}" != 1 ]; then
         f=$(sed -E 's/.* ([0-9]+) failed$/\1/' <<<"$line")
         total_passed=$((total_passed + p)) total_failed=$((total_failed + f))
         t2=$(date +%s)
-        summaries+=("PostgreSQL $version: $line (tests $((t2 - t1)) s$([ $t1 -gt $((t0 + 1)) ] && echo ", server build $((t1 - t0)) s"))")
+        note="tests $((t2 - t1)) s"
+        if [ "$t1" -gt $((t0 + 1)) ]; then note+=", server build $((t1 - t0)) s"; fi
+        summaries+=("PostgreSQL $version: $line ($note)")
     done
     # Packaging, once: META.json for PGXN, and the Debian package built,
     # installed and tested (for the system's major, $LE_PG_MAJOR).
