@@ -89,19 +89,61 @@ SELECT bool_and(try_acquire_leader('idx', '1 hour', 'h2')) AS renewed_50_times
   FROM generate_series(1, 50);
 SELECT pg_temp.indexes_ok() AS indexes_ok;
 
+-- DDL that commits while a transaction already has the table open: the
+-- renewal in that transaction sees the new index (and trigger), as the
+-- executor would.
+SELECT try_acquire_leader('race', '1 hour', 'h1') AS acquired;
+BEGIN;
+SELECT holder FROM current_leader('race');          -- the table is open now
+SELECT pg_temp.admin($$CREATE INDEX leases_race_idx ON leader_election.leases (expires_at)$$);
+SELECT try_acquire_leader('race', '2 hours', 'h1') AS renewed;
+COMMIT;
+SELECT pg_temp.indexes_ok() AS indexes_ok;
+SET enable_seqscan = off;
+SELECT count(*) AS found_by_new_index FROM leader_election.leases
+ WHERE expires_at > now() + interval '90 minutes' AND name = 'race';
+RESET enable_seqscan;
+DROP INDEX leader_election.leases_race_idx;
+
 -- A trigger an administrator adds fires on every renewal too (an audit log).
-CREATE TABLE pg_temp.audit (name text, expires_at timestamptz);
-CREATE FUNCTION pg_temp.audit_lease() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE TABLE public.le_audit (name text, expires_at timestamptz);
+CREATE FUNCTION public.le_audit_lease() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    INSERT INTO pg_temp.audit VALUES (NEW.name, NEW.expires_at);
+    INSERT INTO public.le_audit VALUES (NEW.name, NEW.expires_at);
     RETURN NEW;
 END $$;
 CREATE TRIGGER audit AFTER UPDATE ON leader_election.leases
-    FOR EACH ROW EXECUTE FUNCTION pg_temp.audit_lease();
+    FOR EACH ROW EXECUTE FUNCTION public.le_audit_lease();
 SELECT try_acquire_leader('idx', '1 hour', 'h2') AS renewed,
        try_acquire_leader('idx', '2 hours', 'h2') AS renewed_again;
-SELECT count(*) AS audited_renewals FROM pg_temp.audit;
+SELECT count(*) AS audited_renewals FROM public.le_audit;
 DROP TRIGGER audit ON leader_election.leases;
+
+-- ... also when it was created after the renewing transaction opened the table.
+BEGIN;
+SELECT holder FROM current_leader('idx');
+SELECT pg_temp.admin($$CREATE TRIGGER audit2 AFTER UPDATE ON leader_election.leases FOR EACH ROW EXECUTE FUNCTION public.le_audit_lease()$$);
+SELECT try_acquire_leader('idx', '3 hours', 'h2') AS renewed;
+COMMIT;
+SELECT count(*) AS audited_renewals FROM public.le_audit;
+DROP TRIGGER audit2 ON leader_election.leases;
+DROP TABLE public.le_audit;
+DROP FUNCTION public.le_audit_lease();
+
+-- A BEFORE trigger that rewrites what the extension writes: answers follow
+-- the rows as written (the lease cache steps aside while it is there).
+CREATE FUNCTION pg_temp.cap_ttl() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    NEW.expires_at := least(NEW.expires_at, clock_timestamp() + interval '200 milliseconds');
+    RETURN NEW;
+END $$;
+CREATE TRIGGER cap_ttl BEFORE INSERT OR UPDATE ON leader_election.leases
+    FOR EACH ROW EXECUTE FUNCTION pg_temp.cap_ttl();
+SELECT try_acquire_leader('capped', '1 hour', 'h1') AS acquired;
+SELECT pg_temp.wait_until_expired('capped');
+SELECT pg_temp.answers('capped') AS after_the_capped_expiry,
+       try_acquire_leader('capped', '1 hour', 'h2') AS h2_takes_over;
+DROP TRIGGER cap_ttl ON leader_election.leases;
 
 -- A CHECK constraint an administrator adds is enforced on renewals.
 ALTER TABLE leader_election.leases ADD CONSTRAINT at_most_a_day
@@ -134,8 +176,73 @@ SELECT try_acquire_leader('del', '1 hour', 'h1') AS after_truncate,
 SELECT count(*) AS history_rows FROM leader_election.history WHERE name = 'del';
 
 --
+-- Rows that arrive without the term counter (logical replication of the
+-- tables, a restore of some tables only): the next term of such a name is
+-- still above its row's and its history's, and the counter follows.
+--
+SELECT pg_temp.admin($$INSERT INTO leader_election.leases (name, owner, holder, term, expires_at)
+                       VALUES ('arrived', current_user::regrole, 'elsewhere', 1000000, now() - interval '1 second')$$);
+SELECT pg_temp.admin($$INSERT INTO leader_election.history (name, term, holder, owner, session_bound, acquired_at)
+                       VALUES ('hist-only', 2000000, 'elsewhere', current_user::regrole, false, now())$$);
+SELECT try_acquire_leader('arrived', '1 hour', 'h1') AS takes_over,
+       leader_term('arrived', 'h1') > 1000000 AS above_the_rows_term;
+SELECT try_acquire_leader('hist-only', '1 hour', 'h1') AS new_row,
+       leader_term('hist-only', 'h1') > 2000000 AS above_its_history;
+SELECT try_acquire_leader('after-them', '1 hour', 'h1') AS new_name,
+       leader_term('after-them', 'h1') > 2000000 AS counter_moved_up;
+-- History that arrives for a name that has a row: the next takeover is
+-- above it too.
+SELECT pg_temp.admin($$INSERT INTO leader_election.history (name, term, holder, owner, session_bound, acquired_at)
+                       VALUES ('arrived', 5000000, 'elsewhere', current_user::regrole, false, now())$$);
+SELECT release_leader('arrived', 'h1') AS released,
+       try_acquire_leader('arrived', '1 hour', 'h2') AS h2_takes_over,
+       leader_term('arrived', 'h2') > 5000000 AS above_its_history;
+
+--
+-- The owner index dropped (it is not an extension member): names are then
+-- counted by a scan, and terms still come from the counter.
+--
+DROP INDEX leader_election.leases_owner_idx;
+SELECT leader_term('arrived', 'h2') AS last_term \gset
+SELECT pg_temp.admin($$DELETE FROM leader_election.leases WHERE name = 'arrived'$$);
+SELECT try_acquire_leader('arrived', '1 hour', 'h1') AS after_delete,
+       leader_term('arrived', 'h1') > :last_term AS term_above_every_earlier_one;
+SET leader_election.max_names_per_role = 1000;
+SELECT try_acquire_leader('counted-by-scan', '1 hour', 'h1') AS new_name_counted;
+RESET leader_election.max_names_per_role;
+CREATE INDEX leases_owner_idx ON leader_election.leases (owner);
+
+--
+-- A NOT NULL an administrator adds is enforced on renewals too: the renewal
+-- that would break it fails (23502) and changes nothing.
+--
+SET application_name = 'app1';
+SELECT try_acquire_leader('nn', '1 hour', 'h1') AS acquired;
+ALTER TABLE leader_election.leases ALTER COLUMN application_name SET NOT NULL;
+SET application_name = '';
+SELECT pg_temp.try($$SELECT try_acquire_leader('nn', '1 hour', 'h1')$$) AS renewal_without_app_name;
+SELECT application_name FROM leader_election.leases WHERE name = 'nn';
+ALTER TABLE leader_election.leases ALTER COLUMN application_name DROP NOT NULL;
+RESET application_name;
+
+--
+-- A rule that rewrites what the extension writes: answers follow the rows
+-- (the lease cache steps aside while a rule is on the table).
+--
+CREATE RULE cap_ins AS ON INSERT TO leader_election.leases DO ALSO
+    UPDATE leader_election.leases SET expires_at = clock_timestamp() + interval '200 milliseconds'
+     WHERE name = NEW.name;
+SELECT try_acquire_leader('ruled', '1 hour', 'h1') AS acquired;
+SELECT pg_temp.wait_until_expired('ruled');
+SELECT pg_temp.answers('ruled') AS after_the_rules_expiry,
+       try_acquire_leader('ruled', '1 hour', 'h2') AS h2_takes_over;
+DROP RULE cap_ins ON leader_election.leases;
+
+--
 -- Changes that bypass the cache's triggers: every backend, and every
--- backend that connects later, sees them.
+-- backend that connects later, sees them.  The fresh backend asks first,
+-- before any backend that was connected during the change has processed
+-- its invalidations.
 --
 SELECT try_acquire_leader('w', '1 hour', 'h1') AS h1_leads;
 SELECT pg_temp.answers('w');                 -- fills the cache: h1
@@ -146,8 +253,8 @@ SELECT pg_temp.admin($$UPDATE leader_election.leases SET holder = 'h2', term = t
 SELECT pg_temp.admin($$ALTER TABLE leader_election.leases ENABLE ALWAYS TRIGGER leases_cache_invalidate_rows$$);
 SELECT pg_temp.admin($$ALTER TABLE leader_election.leases ENABLE ALWAYS TRIGGER leases_cache_invalidate_truncate$$);
 SELECT pg_temp.admin($$COMMIT$$);
-SELECT pg_temp.answers('w');                 -- h2
 SELECT pg_temp.fresh_answers('w');           -- h2
+SELECT pg_temp.answers('w');                 -- h2
 SELECT pg_temp.try($$SELECT assert_leader('w', NULL, 'h2') > 0$$) AS h2_fences;
 -- The same in separate transactions, as pg_restore --disable-triggers does.
 SELECT pg_temp.answers('w');
@@ -156,8 +263,8 @@ SELECT pg_temp.answers('w');                 -- triggers off: the table answers
 SELECT pg_temp.admin($$UPDATE leader_election.leases SET holder = 'h1', term = term + 1000 WHERE name = 'w'$$);
 SELECT pg_temp.admin($$ALTER TABLE leader_election.leases ENABLE ALWAYS TRIGGER leases_cache_invalidate_rows$$);
 SELECT pg_temp.admin($$ALTER TABLE leader_election.leases ENABLE ALWAYS TRIGGER leases_cache_invalidate_truncate$$);
-SELECT pg_temp.answers('w');                 -- h1
 SELECT pg_temp.fresh_answers('w');           -- h1
+SELECT pg_temp.answers('w');                 -- h1
 -- Plain ENABLE (what pg_restore leaves): they do not fire under
 -- session_replication_role = replica, so the cache is not used.
 SELECT pg_temp.admin($$ALTER TABLE leader_election.leases ENABLE TRIGGER ALL$$);
@@ -177,8 +284,8 @@ SELECT pg_temp.answers('w');                 -- the function is not ours: the ta
 SELECT pg_temp.admin($$UPDATE leader_election.leases SET holder = 'h1', term = term + 1000 WHERE name = 'w'$$);
 SELECT pg_temp.admin($$CREATE OR REPLACE FUNCTION leader_election.leases_cache_invalidate() RETURNS trigger LANGUAGE C AS '$libdir/leader_election', 'le_leases_cache_invalidate'$$);
 SELECT pg_temp.admin($$ALTER EXTENSION leader_election ADD FUNCTION leader_election.leases_cache_invalidate()$$);
-SELECT pg_temp.answers('w');                 -- h1
 SELECT pg_temp.fresh_answers('w');           -- h1
+SELECT pg_temp.answers('w');                 -- h1
 -- TRUNCATE: nobody holds anything.
 SELECT pg_temp.admin($$TRUNCATE leader_election.leases$$);
 SELECT pg_temp.answers('w'), pg_temp.fresh_answers('w');

@@ -96,7 +96,7 @@ SELECT name, term, holder, session_bound, ended_at IS NOT NULL AS ended, end_rea
 SELECT try_acquire_leader('session-job', '1 minute') AS acquired;
 SELECT am_leader('session-job') AS i_lead, leader_term('session-job') AS my_term;
 SELECT holder LIKE 'session:%' AS session_holder,
-       holder ~ ('^session:' || pg_backend_pid() || ':[0-9]+$') AS pid_in_identity,
+       holder ~ ('^session:' || pg_backend_pid() || ':[0-9]+@[0-9]+\.[0-9]+$') AS pid_in_identity,
        session_bound
   FROM current_leader('session-job');
 SELECT holder LIKE 'session:%' AS session_holder, session_bound, valid

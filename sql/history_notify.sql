@@ -27,7 +27,7 @@ LISTEN leader_election;
 -- Everything up to the next \o goes through sed: results and
 -- notifications print together when the pipe closes, each labelled by the
 -- \qecho before it.
-\o | sed -e 's/server process with PID [0-9]*/server process with PID (pid)/' -e 's/session:[0-9]*:[0-9]*/session:(pid):(start)/g'
+\o | sed -e 's/server process with PID [0-9]*/server process with PID (pid)/' -e 's/session:[0-9]*:[0-9]*@[0-9]*\.[0-9]*/session:(pid):(start)@(server)/g'
 \qecho -- elected, brand-new name
 SELECT try_acquire_leader('n', '100ms', 'host-a') AS acquired;
 \qecho -- renewal: no notification
@@ -63,7 +63,7 @@ UNLISTEN leader_election;
 --
 -- History: one row per term, with how it ended.
 --
-SELECT name, term, regexp_replace(holder, '^session:[0-9]+:[0-9]+$', 'session:(pid):(start)') AS holder,
+SELECT name, term, regexp_replace(holder, '^session:[0-9]+:[0-9]+@[0-9]+\.[0-9]+$', 'session:(pid):(start)@(server)') AS holder,
        session_bound, owner = current_user::regrole AS my_name,
        acquired_at IS NOT NULL AS has_start, ended_at IS NOT NULL AS has_end, end_reason
   FROM leader_election.history ORDER BY name, term;

@@ -34,18 +34,27 @@ SELECT pg_catalog.pg_extension_config_dump('leader_election.terms', '');
 
 /*
  * The server and timeline the term counter was last used on.  When a grant
- * finds itself on another (a promoted standby, a restored backup, an upgraded
- * or restored cluster), the counter first jumps to the next multiple of
- * 2^32: above every term the previous server could have issued from the same
- * counter, even commits that never reached this one.
+ * finds itself on another (a promoted standby, a backup recovered onto a new
+ * timeline, an upgraded or restored cluster), the counter first jumps to the
+ * next multiple of 2^32: above every term the previous server could have
+ * issued from the same counter, even commits that never reached this one.
+ * first_term is where that server's era began: the jump goes to the era
+ * after it, so grants that race to make the jump agree on where it lands.
+ * Normally one row.  A restore adds the dumped row beside the one CREATE
+ * EXTENSION made: anything but exactly one row naming this server and
+ * timeline counts as another server (the jump uses the highest first_term),
+ * and the jump rewrites it to one row.  Row-level security with no policy:
+ * only its owner sees it (not pg_read_all_data).
  */
 CREATE TABLE leader_election.term_era (
     system_identifier bigint NOT NULL,
-    timeline          integer NOT NULL
+    timeline          integer NOT NULL,
+    first_term        bigint NOT NULL
 );
 COMMENT ON TABLE leader_election.term_era IS
-    'One row: the server (system identifier) and timeline that last drew from leader_election.terms; a grant elsewhere first moves the counter to a new 2^32 era';
+    'One row: the server (system identifier) and timeline that last drew from leader_election.terms, and the term its era began at; a grant elsewhere first moves the counter to the next 2^32 era';
 REVOKE ALL ON TABLE leader_election.term_era FROM PUBLIC;
+ALTER TABLE leader_election.term_era ENABLE ROW LEVEL SECURITY;
 SELECT pg_catalog.pg_extension_config_dump('leader_election.term_era', '');
 
 CREATE FUNCTION leader_election.server_identity(OUT system_identifier bigint, OUT timeline integer)
@@ -59,8 +68,6 @@ REVOKE ALL ON FUNCTION leader_election.server_identity() FROM PUBLIC;
  * Carry 1.0's terms over: the counter starts above every term in the tables
  * and above 1.0's floor for this timeline, (timeline - 1) * 2^32.
  */
-INSERT INTO leader_election.term_era (system_identifier, timeline)
-SELECT s.system_identifier, s.timeline FROM leader_election.server_identity() AS s;
 SELECT pg_catalog.setval('leader_election.terms',
            GREATEST(
                (SELECT pg_catalog.max(l.term) FROM leader_election.leases AS l),
@@ -71,6 +78,9 @@ SELECT pg_catalog.setval('leader_election.terms',
            (SELECT pg_catalog.count(*) FROM leader_election.leases) OPERATOR(pg_catalog.>) 0
            OR (SELECT pg_catalog.count(*) FROM leader_election.history) OPERATOR(pg_catalog.>) 0
            OR (SELECT s.timeline FROM leader_election.server_identity() AS s) OPERATOR(pg_catalog.>) 1);
+INSERT INTO leader_election.term_era (system_identifier, timeline, first_term)
+SELECT s.system_identifier, s.timeline, t.last_value
+  FROM leader_election.server_identity() AS s, leader_election.terms AS t;
 
 /*
  * leader_election.max_names_per_role counts a role's names through this
@@ -109,6 +119,8 @@ CREATE TABLE leader_election.lock_key (
 COMMENT ON TABLE leader_election.lock_key IS
     'One row: the secret key of the names'' writer locks; readable only by the extension''s owner';
 REVOKE ALL ON TABLE leader_election.lock_key FROM PUBLIC;
+-- Row-level security with no policy: not even pg_read_all_data reads it.
+ALTER TABLE leader_election.lock_key ENABLE ROW LEVEL SECURITY;
 INSERT INTO leader_election.lock_key SELECT leader_election.new_lock_key();
 /*
  * Backends keep the key once read: if it changed under them, two of them
@@ -132,3 +144,203 @@ CREATE TRIGGER lock_key_is_fixed
     BEFORE UPDATE OR DELETE OR TRUNCATE ON leader_election.lock_key
     FOR EACH STATEMENT EXECUTE FUNCTION leader_election.lock_key_is_fixed();
 ALTER TABLE leader_election.lock_key ENABLE ALWAYS TRIGGER lock_key_is_fixed;
+
+-- ===================================================================
+-- Issue 12: security
+--
+-- What a role with the README's grants (EXECUTE on the API, USAGE on the
+-- schema) can and cannot do to other roles: README, "Threat model".
+-- ===================================================================
+
+/*
+ * Refuse a target schema in which a role other than a superuser or the
+ * database owner may create objects.  Such a role could add an overload of
+ * an API function that an ordinary call prefers (untyped literals pick
+ * text over interval) and run its code as whoever calls it.  The 1.0
+ * script checks only the schema's owner; schema public of a database made
+ * before PostgreSQL 15 lets PUBLIC create.  Here, because CREATE EXTENSION
+ * runs this script after the 1.0 one, the check guards fresh installs and
+ * updates alike, and its error aborts either.  The schema is the
+ * extension's, read from pg_extension: current_schema() is not it during
+ * ALTER EXTENSION UPDATE with a hostile search_path.
+ */
+DO $le_check_api_schema$
+DECLARE
+    api_schema name;
+    creators text;
+BEGIN
+    SELECT n.nspname,
+           pg_catalog.string_agg(DISTINCT
+               CASE WHEN a.grantee OPERATOR(pg_catalog.=) 0::pg_catalog.oid THEN 'PUBLIC'
+                    ELSE pg_catalog.quote_ident(r.rolname) END, ', ')
+      INTO api_schema, creators
+      FROM pg_catalog.pg_extension AS e
+      JOIN pg_catalog.pg_namespace AS n ON n.oid OPERATOR(pg_catalog.=) e.extnamespace
+      JOIN pg_catalog.pg_database AS d
+        ON d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database()
+     CROSS JOIN LATERAL pg_catalog.aclexplode(
+               COALESCE(n.nspacl, pg_catalog.acldefault('n', n.nspowner))) AS a
+      LEFT JOIN pg_catalog.pg_roles AS r ON r.oid OPERATOR(pg_catalog.=) a.grantee
+     WHERE e.extname OPERATOR(pg_catalog.=) 'leader_election'
+       AND a.privilege_type OPERATOR(pg_catalog.=) 'CREATE'
+       AND a.grantee OPERATOR(pg_catalog.<>) d.datdba
+       AND a.grantee OPERATOR(pg_catalog.<>)
+           'pg_database_owner'::pg_catalog.regrole::pg_catalog.oid
+       AND NOT COALESCE(r.rolsuper, false)
+     GROUP BY n.nspname;
+    IF creators IS NOT NULL THEN
+        RAISE EXCEPTION 'leader_election must not be installed into schema "%"', api_schema
+            USING ERRCODE = 'insufficient_privilege',
+                  DETAIL = pg_catalog.format('Roles other than superusers and the database owner may create objects in it (%s), and so could shadow the extension''s functions.', creators),
+                  HINT = pg_catalog.format('REVOKE CREATE ON SCHEMA %s FROM %s; or install into a schema only trusted roles may create in.',
+                                           pg_catalog.quote_ident(api_schema), creators);
+    END IF;
+END
+$le_check_api_schema$;
+
+/*
+ * The leaders view filters rows by role: a function in a caller's WHERE
+ * clause must not see the other rows first.  (history, tasks and task_runs
+ * filter with row-level security, which already keeps such functions
+ * behind the policy.)
+ */
+ALTER VIEW leader_election.leaders SET (security_barrier = true);
+
+/*
+ * Leases: members of pg_read_all_data (or roles granted SELECT) see only the
+ * names of roles they are members of, as in the view.  The extension reads
+ * the table through its index and writes it as the table owner, whom the
+ * policy does not bind; superusers are not bound either.
+ */
+ALTER TABLE leader_election.leases ENABLE ROW LEVEL SECURITY;
+CREATE POLICY leases_visible_to_owner ON leader_election.leases
+    FOR SELECT
+    USING (pg_catalog.pg_has_role(owner, 'USAGE'));
+
+/*
+ * Registered tasks survive pg_dump and restore, as leases do: the table and
+ * its id sequence are configuration.  The owner becomes a regrole so a dump
+ * names the role instead of an OID, which in the restored cluster may
+ * belong to another role (oid and regrole are binary compatible: no
+ * rewrite, and the task runner reads the same values).  Runs are history
+ * and are not dumped.
+ */
+DROP POLICY tasks_visible_to_owner ON leader_election.tasks;
+ALTER TABLE leader_election.tasks ALTER COLUMN owner TYPE pg_catalog.regrole;
+CREATE POLICY tasks_visible_to_owner ON leader_election.tasks
+    FOR SELECT
+    USING (pg_catalog.pg_has_role(owner, 'USAGE'));
+SELECT pg_catalog.pg_extension_config_dump('leader_election.tasks', '');
+SELECT pg_catalog.pg_extension_config_dump('leader_election.tasks_id_seq', '');
+
+/*
+ * The administrator's functions for names: take a name back from a role
+ * that squats it, hand it to another role, or reserve it before anyone
+ * uses it.  SECURITY DEFINER, owned by the installing superuser: EXECUTE
+ * is revoked from PUBLIC, so superusers may call them, and so may a role
+ * the administrator grants EXECUTE to (README, "Security and GRANTs").
+ * Each row is locked before it changes; admin_change_begin (name_admin.c)
+ * checks the name, refuses read-only transactions and wakes waiters at
+ * commit.  (Forgetting a name, deleting its row, needs terms that are never
+ * reused once a row is gone: with terms counted per row, the next
+ * acquisition would issue term 1 again.)
+ */
+CREATE FUNCTION leader_election.admin_change_begin(name text)
+    RETURNS text
+    AS 'MODULE_PATHNAME', 'le_admin_change_begin'
+    LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION leader_election.admin_change_begin(text) IS
+    'For the name administration functions: check the name, refuse read-only transactions, wake waiters on the name at commit; returns the name';
+REVOKE ALL ON FUNCTION leader_election.admin_change_begin(text) FROM PUBLIC;
+
+-- End the current lease of a locked row, as release_leader() would.
+CREATE FUNCTION leader_election.admin_end_lease(lease leader_election.leases)
+    RETURNS void
+    LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+    SET search_path = pg_catalog, pg_temp
+    AS $le_admin_end_lease$
+DECLARE
+    ended timestamptz := pg_catalog.clock_timestamp();
+BEGIN
+    UPDATE leader_election.history AS h
+       SET ended_at = ended, end_reason = 'released'
+     WHERE h.name OPERATOR(pg_catalog.=) lease.name
+       AND h.term OPERATOR(pg_catalog.=) lease.term
+       AND h.ended_at IS NULL;
+    UPDATE leader_election.leases AS l
+       SET holder = NULL, expires_at = ended, session_pid = NULL, session_start = NULL
+     WHERE l.name OPERATOR(pg_catalog.=) lease.name;
+    PERFORM pg_catalog.pg_notify('leader_election',
+        pg_catalog.format('{"name":%s,"event":"released","holder":%s,"term":%s,"reason":"released"}',
+                          pg_catalog.to_json(lease.name), pg_catalog.to_json(lease.holder),
+                          lease.term));
+END
+$le_admin_end_lease$;
+COMMENT ON FUNCTION leader_election.admin_end_lease(leader_election.leases) IS
+    'For the name administration functions: end the lease of this (locked) row as a release does';
+REVOKE ALL ON FUNCTION leader_election.admin_end_lease(leader_election.leases) FROM PUBLIC;
+
+CREATE FUNCTION leader_election.assign_name(name text, owner pg_catalog.regrole)
+    RETURNS boolean
+    LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+    AS $le_assign_name$
+DECLARE
+    lease_name text := leader_election.admin_change_begin(name);
+    new_owner pg_catalog.regrole := owner;
+    lease leader_election.leases;
+BEGIN
+    IF new_owner IS NULL THEN
+        RAISE EXCEPTION 'owner must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles AS r
+                    WHERE r.oid OPERATOR(pg_catalog.=) new_owner) THEN
+        RAISE EXCEPTION 'role with OID % does not exist', new_owner::pg_catalog.oid
+            USING ERRCODE = 'undefined_object';
+    END IF;
+    -- A reserved name has no holder and term 0: the first acquisition takes
+    -- it over like a released lease.
+    INSERT INTO leader_election.leases AS l (name, owner, term)
+    VALUES (lease_name, new_owner, 0)
+    ON CONFLICT ON CONSTRAINT leases_pkey DO NOTHING;
+    IF FOUND THEN
+        RETURN true;
+    END IF;
+    SELECT * INTO lease FROM leader_election.leases AS l
+     WHERE l.name OPERATOR(pg_catalog.=) lease_name FOR UPDATE;
+    IF lease.owner OPERATOR(pg_catalog.=) new_owner::pg_catalog.oid THEN
+        RETURN false;
+    END IF;
+    IF lease.holder IS NOT NULL THEN
+        PERFORM leader_election.admin_end_lease(lease);
+    END IF;
+    UPDATE leader_election.leases AS l SET owner = new_owner
+     WHERE l.name OPERATOR(pg_catalog.=) lease_name;
+    RETURN true;
+END
+$le_assign_name$;
+COMMENT ON FUNCTION leader_election.assign_name(text, pg_catalog.regrole) IS
+    'Administrators: give the name to a role; reserves an unused name, or transfers a used one, ending its current lease; false if the role already owns it';
+REVOKE ALL ON FUNCTION leader_election.assign_name(text, pg_catalog.regrole) FROM PUBLIC;
+
+CREATE FUNCTION leader_election.release_name(name text)
+    RETURNS boolean
+    LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+    AS $le_release_name$
+DECLARE
+    lease_name text := leader_election.admin_change_begin(name);
+    lease leader_election.leases;
+BEGIN
+    SELECT * INTO lease FROM leader_election.leases AS l
+     WHERE l.name OPERATOR(pg_catalog.=) lease_name FOR UPDATE;
+    IF NOT FOUND OR lease.holder IS NULL THEN
+        RETURN false;
+    END IF;
+    PERFORM leader_election.admin_end_lease(lease);
+    RETURN true;
+END
+$le_release_name$;
+COMMENT ON FUNCTION leader_election.release_name(text) IS
+    'Administrators: end the current lease of the name, whoever holds it (the owner and the term stay); false if nobody held it';
+REVOKE ALL ON FUNCTION leader_election.release_name(text) FROM PUBLIC;

@@ -34,6 +34,20 @@ COMMIT;
 \echo SQLSTATE :LAST_ERROR_SQLSTATE
 \set VERBOSITY default
 SELECT am_leader('slow', 'h1') AS still_h1_by_the_hour_lease;
+-- Only the last write of a name counts: a short grant renewed for longer,
+-- or released, in the same transaction commits.
+BEGIN;
+SELECT try_acquire_leader('slow3', '100 milliseconds', 'h1') AS acquired;
+SELECT pg_temp.wait_until_expired('slow3');
+SELECT try_acquire_leader('slow3', '1 hour', 'h1') AS renewed_for_an_hour;
+COMMIT;
+SELECT am_leader('slow3', 'h1') AS h1_leads;
+BEGIN;
+SELECT try_acquire_leader('slow4', '100 milliseconds', 'h1') AS acquired;
+SELECT pg_temp.wait_until_expired('slow4');
+SELECT release_leader('slow4', 'h1') AS released;
+COMMIT;
+SELECT count(*) AS slow4_rows FROM leader_election.leases WHERE name = 'slow4';
 -- Rolled back to a savepoint, an expired grant does not count.
 BEGIN;
 SAVEPOINT s;

@@ -79,6 +79,6 @@ RESET leader_election.holder_id;
 
 REVOKE ALL ON FUNCTION try_acquire_leader(text, interval, text), am_leader(text, text)
    FROM regress_le_setting_role;
-DROP ROLE regress_le_setting_role;
 TRUNCATE leader_election.leases, leader_election.history;
 ALTER SEQUENCE leader_election.terms RESTART;
+DROP ROLE regress_le_setting_role;

@@ -23,20 +23,25 @@
  * the new one's.  CREATE DATABASE and DROP DATABASE empty the cache at once.
  *
  * The hook is PostgreSQL's object access hook, installed with the cache
- * (shared_preload_libraries); it runs in the backend doing the DDL.  It is
- * deliberately coarse: DDL on any trigger, or on any function of the
- * extension's schema, counts, since emptying the cache costs only refills.
+ * (shared_preload_libraries); it runs in the backend doing the DDL.  DDL on
+ * a trigger of leader_election.leases, or on any function of the
+ * extension's schema, counts (emptying the cache costs only refills, but
+ * triggers on other tables, which any role can create, do not).
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
+#include "access/genam.h"
+#include "access/htup_details.h"
+#include "access/table.h"
 #include "catalog/objectaccess.h"
 #include "catalog/pg_class.h"
 #include "catalog/pg_database.h"
 #include "catalog/pg_proc.h"
 #include "catalog/pg_trigger.h"
 #include "catalog/namespace.h"
+#include "utils/fmgroids.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
 
@@ -53,6 +58,34 @@ le_catalog_watch_foreign(void)
 	le_cache_note_foreign_change();
 	if (OidIsValid(leases))
 		CacheInvalidateRelcacheByRelid(leases);
+}
+
+/*
+ * Is trigger trigger_oid on leader_election.leases?  True as well when the
+ * trigger cannot be found (not yet visible): better to empty the cache once
+ * too often.
+ */
+static bool
+le_catalog_watch_trigger_on_leases(Oid trigger_oid)
+{
+	Oid			leases = le_store_leases_relid();
+	Relation	tgrel;
+	ScanKeyData key;
+	SysScanDesc scan;
+	HeapTuple	tup;
+	bool		on_leases = true;
+
+	if (!OidIsValid(leases))
+		return false;
+	tgrel = table_open(TriggerRelationId, AccessShareLock);
+	ScanKeyInit(&key, Anum_pg_trigger_oid, BTEqualStrategyNumber, F_OIDEQ,
+				ObjectIdGetDatum(trigger_oid));
+	scan = systable_beginscan(tgrel, TriggerOidIndexId, true, NULL, 1, &key);
+	if (HeapTupleIsValid(tup = systable_getnext(scan)))
+		on_leases = ((Form_pg_trigger) GETSTRUCT(tup))->tgrelid == leases;
+	systable_endscan(scan);
+	table_close(tgrel, AccessShareLock);
+	return on_leases;
 }
 
 static void
@@ -76,7 +109,8 @@ le_catalog_watch(ObjectAccessType access, Oid classId, Oid objectId,
 			}
 			break;
 		case TriggerRelationId:
-			le_catalog_watch_foreign();
+			if (le_catalog_watch_trigger_on_leases(objectId))
+				le_catalog_watch_foreign();
 			break;
 		case ProcedureRelationId:
 			{

@@ -20,7 +20,8 @@
  *     expired by the time the transaction starts to commit (it ran longer
  *     than its ttl), COMMIT fails with LE001 and nothing of the transaction
  *     survives: "true" never reaches a caller for a lease that is already
- *     gone at commit.  (The ttl runs from the call; a commit that then waits
+ *     gone at commit.  Only the transaction's last write of each name
+ *     counts: a short grant renewed or released later in it is fine.  (The ttl runs from the call; a commit that then waits
  *     for synchronous standbys can still return after expires_at.)
  *
  * Writes rolled back with a savepoint no longer count.
@@ -97,7 +98,18 @@ le_commit_durably(void)
 								 true, 0, false);
 }
 
-/* R2 */
+/* Did a later write of the transaction (still standing) replace w's? */
+static bool
+le_commit_superseded(int index, const LeCommitWrite *w)
+{
+	for (int j = index + 1; j < list_length(le_commit_writes); j++)
+		if (strcmp(((LeCommitWrite *) list_nth(le_commit_writes, j))->name,
+				   w->name) == 0)
+			return true;
+	return false;
+}
+
+/* R2: only each name's last write counts (a renewal or release after it). */
 static void
 le_commit_check_expiry(void)
 {
@@ -108,7 +120,8 @@ le_commit_check_expiry(void)
 	{
 		LeCommitWrite *w = lfirst(lc);
 
-		if (w->expires_at != 0 && w->expires_at <= now)
+		if (w->expires_at != 0 && w->expires_at <= now &&
+			!le_commit_superseded(foreach_current_index(lc), w))
 			ereport(ERROR,
 					(errcode(ERRCODE_LE_NOT_LEADER),
 					 errmsg("lease \"%s\" expired before its transaction committed", w->name),

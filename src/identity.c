@@ -5,8 +5,9 @@
  *
  * A caller's holder identity is, in order: the holder argument, the
  * leader_election.holder_id setting, or this backend's session identity
- * "session:<pid>:<backend start in microseconds>".  The start time makes the
- * identity unique for the life of the cluster even when pids are reused.
+ * "session:<pid>:<backend start in microseconds>@<system identifier>.<timeline>".
+ * The start time makes the identity unique for the life of the server even
+ * when pids are reused; the server part says which server can see it end.
  *
  * Liveness of a session-bound lease's holder is decided by the lock manager,
  * not by a clock: the first time a backend takes a lease under its session
@@ -15,9 +16,17 @@
  * instant the backend exits, however it exits.  Another backend asks "is that
  * session alive?" by trying a conflicting lock without waiting.
  *
- * On a hot standby the primary's backends are invisible, so there a session
- * holder counts as alive and the ttl alone decides; after promotion the old
- * primary's sessions are gone and their leases are free at once.
+ * Only the server (and timeline) a session lives on can see it end.  On a
+ * hot standby the primary's backends are invisible, so there a session
+ * holder counts as alive and the ttl alone decides.  So it does on a
+ * promoted standby, or any other server, for a lease whose identity names
+ * another server or timeline: the old primary may still be up (a
+ * partition, a manager's mistake) with its holder renewing there, and the
+ * lease must keep its replicated expires_at.  Instant takeover is for
+ * sessions of this server on this timeline, whose end the lock manager
+ * sees (a crash restart keeps the timeline: its sessions are gone, and
+ * free at once).  Identities without the server part (1.0's) count as
+ * this server's.
  *
  * Once void, always void.  pg_advisory_unlock_all() and DISCARD ALL release
  * every session-level advisory lock, this one included, and so end the
@@ -93,17 +102,52 @@ le_check_incarnation(void)
 	}
 }
 
+/* The timeline le_session_identity was made on. */
+static TimeLineID le_session_identity_tli = 0;
+
 static const char *
 le_own_session_identity(void)
 {
+	TimeLineID	tli = le_server_timeline();
+
 	le_check_incarnation();
+	if (le_session_identity != NULL && le_session_identity_tli != tli)
+	{
+		/* Promoted since: this session now lives on the new timeline. */
+		pfree(le_session_identity);
+		le_session_identity = NULL;
+	}
 	if (le_session_identity == NULL)
+	{
 		le_session_identity = MemoryContextStrdup(TopMemoryContext,
-												  psprintf("%s%d:" INT64_FORMAT,
+												  psprintf("%s%d:" INT64_FORMAT "@" UINT64_FORMAT ".%u",
 														   LE_SESSION_PREFIX,
 														   MyProcPid,
-														   (int64) le_incarnation_start));
+														   (int64) le_incarnation_start,
+														   GetSystemIdentifier(),
+														   tli));
+		le_session_identity_tli = tli;
+	}
 	return le_session_identity;
+}
+
+/*
+ * Could this server see the session in a session identity end?  Not if the
+ * identity names another server or timeline.
+ */
+static bool
+le_session_is_local(const char *holder)
+{
+	const char *at = holder != NULL ? strrchr(holder, '@') : NULL;
+	uint64		sysid;
+	unsigned int tli;
+	char		end;
+
+	if (at == NULL)
+		return true;			/* 1.0's identities: no server part */
+	if (sscanf(at + 1, UINT64_FORMAT ".%u%c", &sysid, &tli, &end) != 2)
+		return false;
+	return sysid == GetSystemIdentifier() && (TimeLineID) tli == le_server_timeline();
 }
 
 /* Resolve the caller's identity; explicit_holder is already validated. */
@@ -165,17 +209,21 @@ le_hold_session_liveness_lock(void)
 	le_liveness_taken = true;
 }
 
-/* Is the backend (pid, started) still running? */
+/*
+ * Is the session (pid, started), whose identity is holder, still running?
+ * True, meaning "the ttl decides", when this server cannot see it end.
+ */
 bool
-le_session_alive(int32 pid, TimestampTz started)
+le_session_alive(const char *holder, int32 pid, TimestampTz started)
 {
 	LOCKTAG		tag;
 
 	/*
 	 * A hot standby cannot see the primary's backends: there the ttl alone
-	 * decides, and answers are as stale as replication (documented).
+	 * decides, and answers are as stale as replication (documented).  Nor
+	 * can any server see another's.
 	 */
-	if (RecoveryInProgress())
+	if (RecoveryInProgress() || !le_session_is_local(holder))
 		return true;
 
 	le_session_locktag(&tag, pid, started);

@@ -6,7 +6,8 @@
  * Each check raises a clear error with its SQLSTATE before anything is
  * locked, read or written, so bad input never changes anything:
  *	  NULL where a value is required          22004
- *	  empty, over-long, control characters    22023
+ *	  empty, over-long, control characters,
+ *	  invisible or bidirectional formatting   22023
  *	  interval with months, out of bounds     22023
  *
  * Names and holders are compared byte-wise everywhere (COLLATE "C"), so no
@@ -26,26 +27,118 @@
 #include "leader_election.h"
 
 /*
- * Reject control characters: C0 (0x01-0x1F), DEL (0x7F) and, since the
- * text is UTF-8 or another server encoding, the C1 range U+0080-U+009F as
- * UTF-8 encodes it (0xC2 0x80-0x9F).  They would let a name forge lines in
- * the server log or hide in monitoring output.
+ * Characters refused in names and holders besides the C0 controls and DEL:
+ * they would forge lines in the server log, drive a terminal that shows it,
+ * or make a name look like another one in monitoring output.
+ *
+ *	  UTF8          C1 controls U+0080-U+009F; Unicode format characters
+ *	                (Cf: bidirectional overrides and isolates, zero-width
+ *	                characters, soft hyphen, tags, ...) and the line and
+ *	                paragraph separators (Zl, Zp)
+ *	  SQL_ASCII     the server does not know what the bytes mean, so they
+ *	                are checked as UTF-8, as above; bytes that are not
+ *	                valid UTF-8 are refused
+ *	  LATIN1-10, ISO_8859_5-8
+ *	                the C1 controls, bytes 0x80-0x9F (0x9B is an 8-bit
+ *	                terminal's CSI)
+ *	  other encodings (WIN*, KOI8*, EUC_*, MULE_INTERNAL)
+ *	                nothing more: bytes 0x80-0x9F are printable characters
+ *	                or parts of multibyte characters there
  */
-static bool
-le_has_control_characters(const char *s, size_t len)
-{
-	for (size_t i = 0; i < len; i++)
-	{
-		unsigned char c = (unsigned char) s[i];
 
-		if (c < 0x20 || c == 0x7F)
-			return true;
-		if (c == 0xC2 && i + 1 < len &&
-			(unsigned char) s[i + 1] >= 0x80 && (unsigned char) s[i + 1] <= 0x9F &&
-			GetDatabaseEncoding() == PG_UTF8)
+/* Cf, Zl and Zp as of Unicode 15.0, sorted; both ends included. */
+static const struct
+{
+	pg_wchar	first;
+	pg_wchar	last;
+}			le_refused_ranges[] = {
+	{0x00AD, 0x00AD}, {0x0600, 0x0605}, {0x061C, 0x061C}, {0x06DD, 0x06DD},
+	{0x070F, 0x070F}, {0x0890, 0x0891}, {0x08E2, 0x08E2}, {0x180E, 0x180E},
+	{0x200B, 0x200F}, {0x2028, 0x202E}, {0x2060, 0x2064}, {0x2066, 0x206F},
+	{0xFEFF, 0xFEFF}, {0xFFF9, 0xFFFB}, {0x110BD, 0x110BD},
+	{0x110CD, 0x110CD}, {0x13430, 0x1343F}, {0x1BCA0, 0x1BCA3},
+	{0x1D173, 0x1D17A}, {0xE0001, 0xE0001}, {0xE0020, 0xE007F},
+};
+
+static bool
+le_is_refused_code_point(pg_wchar c)
+{
+	int			lo = 0;
+	int			hi = lengthof(le_refused_ranges) - 1;
+
+	while (lo <= hi)
+	{
+		int			mid = (lo + hi) / 2;
+
+		if (c < le_refused_ranges[mid].first)
+			hi = mid - 1;
+		else if (c > le_refused_ranges[mid].last)
+			lo = mid + 1;
+		else
 			return true;
 	}
 	return false;
+}
+
+/* The problem with the UTF-8 text s (len bytes), or NULL if none. */
+static const char *
+le_utf8_problem(const unsigned char *s, size_t len)
+{
+	size_t		i = 0;
+
+	while (i < len)
+	{
+		int			n = (s[i] < 0x80) ? 1 : pg_utf_mblen(&s[i]);
+		pg_wchar	c;
+
+		if (s[i] < 0x80)
+		{
+			i++;
+			continue;
+		}
+		/* Only SQL_ASCII text can get here unvalidated. */
+		if (i + n > len || !pg_utf8_islegal(&s[i], n))
+			return "must be valid UTF-8 in a SQL_ASCII database";
+		c = utf8_to_unicode(&s[i]);
+		if (c <= 0x9F)
+			return "must not contain control characters";
+		if (le_is_refused_code_point(c))
+			return psprintf("must not contain U+%04X (format characters and line and paragraph separators are not allowed)",
+							c);
+		i += n;
+	}
+	return NULL;
+}
+
+/* The problem with the characters of s (len bytes), or NULL if none. */
+static const char *
+le_character_problem(const char *s, size_t len)
+{
+	const unsigned char *u = (const unsigned char *) s;
+	bool		high = false;
+	int			encoding;
+
+	for (size_t i = 0; i < len; i++)
+	{
+		if (u[i] < 0x20 || u[i] == 0x7F)
+			return "must not contain control characters";
+		if (u[i] >= 0x80)
+			high = true;
+	}
+	if (!high)
+		return NULL;
+
+	encoding = GetDatabaseEncoding();
+	if (encoding == PG_UTF8 || encoding == PG_SQL_ASCII)
+		return le_utf8_problem(u, len);
+	if ((encoding >= PG_LATIN1 && encoding <= PG_LATIN10) ||
+		(encoding >= PG_ISO_8859_5 && encoding <= PG_ISO_8859_8))
+	{
+		for (size_t i = 0; i < len; i++)
+			if (u[i] >= 0x80 && u[i] <= 0x9F)
+				return "must not contain control characters";
+	}
+	return NULL;
 }
 
 /*
@@ -62,9 +155,7 @@ le_label_problem(const char *s, int max_bytes)
 	if (len > (size_t) max_bytes)
 		return psprintf("is too long (%zu bytes; at most %d are allowed)",
 						len, max_bytes);
-	if (le_has_control_characters(s, len))
-		return "must not contain control characters";
-	return NULL;
+	return le_character_problem(s, len);
 }
 
 static void

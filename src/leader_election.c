@@ -150,4 +150,5 @@ _PG_init(void)
 	le_wakeup_register_callbacks();
 	le_cache_register_callbacks();
 	le_commit_register_callbacks();
+	le_role_guard_install();
 }

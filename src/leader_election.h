@@ -7,11 +7,14 @@
  *	  leader_election.c  module load: settings, shared memory, callbacks
  *	  input.c            validation of names, holders and ttls
  *	  identity.c         who the caller is; whether a session holder lives
- *	  lease_store.c      every read and write of the lease and history tables
+ *	  lease_store.c      every read and write of the extension's tables
+ *	  terms.c            where terms come from: one counter per database, eras
  *	  lease_cache.c      the latest committed leases in shared memory
  *	  lease.c            the protocol and the SQL-callable functions
  *	  commit_rules.c     what a transaction that changed a lease must meet at commit
  *	  catalog_watch.c    DDL that could change leases behind the cache's back
+ *	  name_admin.c       the administrator's functions for names (C half)
+ *	  role_guard.c       DROP ROLE refuses roles that own names or tasks
  *	  wakeup.c           waking waiters; per-transaction bookkeeping
  *	  task_registry.c    the task runner: registering tasks and their checks
  *	  task_launcher.c    the task runner: launcher, settings, shared memory
@@ -28,6 +31,7 @@
 
 #include "postgres.h"
 
+#include "access/xlogdefs.h"
 #include "datatype/timestamp.h"
 #include "fmgr.h"
 #include "storage/lock.h"
@@ -51,11 +55,12 @@
  * Advisory lock key spaces of our own.  pg_advisory_lock() uses field4
  * values 1 and 2, so keys with these field4 values can never block, or be
  * blocked by, an application's advisory locks.  They show in pg_locks as
- * locktype 'advisory' with objsubid 19525, 19526 and 19527.
+ * locktype 'advisory' with objsubid 19525 to 19528.
  */
 #define LE_LOCKTAG_WRITER		0x4C45	/* one writer per name at a time */
 #define LE_LOCKTAG_SESSION		0x4C46	/* "this session is alive" */
 #define LE_LOCKTAG_ROLE_NAMES	0x4C47	/* a role's first uses of names, one at a time */
+#define LE_LOCKTAG_TERMS		0x4C48	/* one mover of the term counter at a time */
 
 /* NOTIFY channel for changes of leader. */
 #define LE_NOTIFY_CHANNEL		"leader_election"
@@ -123,7 +128,7 @@ extern int64 le_checked_interval(FunctionCallInfo fcinfo, int argno,
 /* identity.c */
 extern LeIdentity le_resolve_identity(const char *explicit_holder);
 extern void le_hold_session_liveness_lock(void);
-extern bool le_session_alive(int32 pid, TimestampTz started);
+extern bool le_session_alive(const char *holder, int32 pid, TimestampTz started);
 extern bool le_is_own_session(int32 pid, TimestampTz started);
 extern TimestampTz le_session_start_value(void);
 
@@ -142,7 +147,12 @@ extern void le_store_take_over(const char *name, const LeIdentity *who,
 extern void le_store_release(const char *name, const LeaseRow *row,
 							 TimestampTz now);
 extern int64 le_store_count_names(Oid owner);
-extern int64 le_store_next_term(int64 old_term);
+extern bool le_store_schema_1_0(void);
+extern int64 le_store_terms_next(void);
+extern void le_store_advance_terms(int64 at_least);
+extern bool le_store_term_era_read(uint64 sysid, TimeLineID tli, int64 *first_term);
+extern bool le_store_record_term_era(uint64 sysid, TimeLineID tli, int64 first_term);
+extern int64 le_store_history_max_term(const char *name);
 extern void le_store_lock_key(uint8 *key);
 extern Oid	le_store_leases_relid(void);
 extern void le_history_begin(const char *name, int64 term,
@@ -150,6 +160,9 @@ extern void le_history_begin(const char *name, int64 term,
 							 TimestampTz at);
 extern void le_history_end(const char *name, int64 term, TimestampTz at,
 						   LeEndReason reason);
+
+/* terms.c */
+extern int64 le_next_term(const char *name, int64 old_term);
 
 /* lease_cache.c */
 extern Datum le_leases_cache_invalidate(PG_FUNCTION_ARGS);
@@ -170,6 +183,7 @@ extern void le_cache_note_foreign_change(void);
 extern bool le_lease_valid(const LeaseRow *row, TimestampTz now);
 extern bool le_try_acquire(const char *name, int64 ttl_usecs,
 						   const LeIdentity *who, TimestampTz *retry_at);
+extern void le_lock_name_writer(const char *name);
 extern bool le_try_acquire_in_statement(const char *name, int64 ttl_usecs,
 										const LeIdentity *who);
 
@@ -192,5 +206,8 @@ extern void le_wait_attempt(void);
 extern void le_wait_sleep(TimestampTz until);
 extern void le_wait_end(void);
 extern int32 le_waiting_candidates(const char *name);
+
+/* role_guard.c */
+extern void le_role_guard_install(void);
 
 #endif							/* LEADER_ELECTION_H */

@@ -19,7 +19,7 @@
  *     history cannot bring an old term back; on another server or timeline
  *     than the counter was last used on (a promoted standby, a restored or
  *     upgraded cluster) the counter first jumps to a new 2^32 era above
- *     every term the old server could have issued (lease_store.c).  Renewals
+ *     every term the old server could have issued (terms.c).  Renewals
  *     keep the term; release keeps the row and the term.  Only DROP
  *     EXTENSION starts terms again.
  *
@@ -144,6 +144,17 @@ le_lock_writer(const char *name, bool wait)
 }
 
 /*
+ * The writer lock of a name, waiting for it, for writes made other than by
+ * the functions of this file (name_admin.c): held to the end of the
+ * transaction, so a concurrent try answers false instead of racing them.
+ */
+void
+le_lock_name_writer(const char *name)
+{
+	(void) le_lock_writer(name, true);
+}
+
+/*
  * Give the writer lock back when this call wrote nothing.  If an earlier
  * call in this transaction wrote, the lock count keeps it held.
  */
@@ -179,7 +190,7 @@ le_lease_valid(const LeaseRow *row, TimestampTz now)
 	if (!row->found || row->holder == NULL || row->expires_at <= now)
 		return false;
 	if (row->session_pid != 0)
-		return le_session_alive(row->session_pid, row->session_start);
+		return le_session_alive(row->holder, row->session_pid, row->session_start);
 	return true;
 }
 
@@ -201,9 +212,7 @@ le_check_owner(const char *name, const LeaseRow *row)
 	ereport(ERROR,
 			(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
 			 errmsg("permission denied for lease \"%s\"", name),
-			 errdetail("The lease name belongs to role \"%s\".",
-					   GetUserNameFromId(row->owner, true) ?
-					   GetUserNameFromId(row->owner, true) : "(dropped role)")));
+			 errdetail("The lease name belongs to another role.")));
 }
 
 /* Write functions refuse read-only transactions and hot standbys (25006). */
@@ -345,7 +354,7 @@ le_try_acquire_from(const char *name, int64 ttl_usecs, const LeIdentity *who,
 								le_max_names_per_role),
 						 errhint("Reuse a name, or raise leader_election.max_names_per_role.")));
 		}
-		term = le_store_next_term(0);
+		term = le_next_term(name, 0);
 		le_store_insert(name, who, term, now, now + ttl_usecs);
 		le_history_begin(name, term, who, GetUserId(), now);
 		le_notify(name, "elected", who->holder, term, "none");
@@ -386,14 +395,14 @@ le_try_acquire_from(const char *name, int64 ttl_usecs, const LeIdentity *who,
 	 */
 	le_store_read(name, &locked);
 	now = GetCurrentTimestamp();
-	if (!locked.found || locked.term != row.term ||
+	if (!locked.found || locked.term != row.term || locked.owner != row.owner ||
 		le_is_mine(&locked, who) || le_lease_valid(&locked, now))
 	{
 		le_unlock_writer(name);
 		return false;
 	}
 
-	term = le_store_next_term(locked.term);
+	term = le_next_term(name, locked.term);
 	if (locked.holder != NULL)
 	{
 		reason = le_end_reason(&locked, now, &ended_at);
@@ -716,17 +725,24 @@ le_lease_is_valid(PG_FUNCTION_ARGS)
 
 /*
  * leader_election.waiting_candidates(name text) returns integer: sessions
- * blocked in wait_for_leadership() for the name; NULL without preloading.
+ * blocked in wait_for_leadership() for the name; NULL without preloading,
+ * and for a name the caller may not use.
  */
 PG_FUNCTION_INFO_V1(le_waiting_candidates_sql);
 Datum
 le_waiting_candidates_sql(PG_FUNCTION_ARGS)
 {
 	int32		n;
+	char	   *name;
+	LeaseRow	row;
 
 	if (PG_ARGISNULL(0))
 		PG_RETURN_NULL();
-	n = le_waiting_candidates(text_to_cstring(PG_GETARG_TEXT_PP(0)));
+	name = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	le_store_read(name, &row);
+	if (row.found && !has_privs_of_role(GetUserId(), row.owner))
+		PG_RETURN_NULL();		/* another role's name: nothing to say (I8) */
+	n = le_waiting_candidates(name);
 	if (n < 0)
 		PG_RETURN_NULL();
 	PG_RETURN_INT32(n);

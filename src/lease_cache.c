@@ -565,18 +565,26 @@ le_cache_forget_xact(void)
 static void
 le_cache_xact_callback(XactEvent event, void *arg)
 {
+	/*
+	 * Refused with or without the cache: a change prepared while the
+	 * library was not preloaded could be committed after it is, behind the
+	 * cache's back.
+	 */
+	if (event == XACT_EVENT_PRE_PREPARE && le_foreign_change)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("cannot PREPARE a transaction that modified leader_election.leases")));
 	if (le_cache_shared == NULL)
+	{
+		if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT ||
+			event == XACT_EVENT_PREPARE)
+			le_cache_forget_xact();
 		return;
+	}
 	switch (event)
 	{
 		case XACT_EVENT_PRE_COMMIT:
 			le_cache_mark_pending();
-			break;
-		case XACT_EVENT_PRE_PREPARE:
-			if (le_foreign_change)
-				ereport(ERROR,
-						(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-						 errmsg("cannot PREPARE a transaction that modified leader_election.leases")));
 			break;
 		case XACT_EVENT_COMMIT:
 		case XACT_EVENT_ABORT:
@@ -649,7 +657,7 @@ le_leases_cache_invalidate(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
 				 errmsg("leases_cache_invalidate() may only be called as a trigger")));
-	if (le_cache_shared != NULL && !le_own_write_in_progress)
+	if (!le_own_write_in_progress)
 		le_foreign_change = true;
 	return PointerGetDatum(NULL);
 }

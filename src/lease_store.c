@@ -3,6 +3,9 @@
  * lease_store.c
  *	  Every read and write of leader_election.leases and .history.
  *
+ * Also the storage of the term counter (whose rules are in terms.c) and the
+ * writer locks' secret key.
+ *
  * Reads go straight through the primary key index and take no row lock
  * and write nothing.  le_store_read() sees the state committed at this
  * instant, whatever the isolation level: every decision to write is made on
@@ -37,11 +40,9 @@
 #include "catalog/pg_collation.h"
 #include "catalog/pg_trigger.h"
 #include "catalog/pg_type.h"
-#include "commands/dbcommands.h"
 #include "commands/sequence.h"
 #include "executor/spi.h"
 #include "executor/tuptable.h"
-#include "funcapi.h"
 #include "fmgr.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
@@ -199,11 +200,30 @@ le_store_has_cache_triggers(Relation rel, bool *only_ours)
 	return rows && truncate;
 }
 
+/* Are the NOT NULL columns exactly the install script's (name, owner, term)? */
+static bool
+le_store_not_null_as_installed(Relation rel)
+{
+	TupleDesc	desc = RelationGetDescr(rel);
+
+	for (int i = 0; i < desc->natts; i++)
+	{
+		bool		installed = (i == COL_NAME || i == COL_OWNER || i == COL_TERM);
+
+		if (TupleDescAttr(desc, i)->attnotnull != installed)
+			return false;
+	}
+	return true;
+}
+
 /*
  * May renewals skip the executor (le_store_renew_in_place)?  Only while the
  * table is as installed: exactly its two indexes, which that path maintains
  * itself, and nothing else the executor would apply to an UPDATE: no other
- * trigger, no rule, no CHECK constraint, no row-level security.  An index,
+ * trigger, no rule, no CHECK or added NOT NULL constraint, no row-level
+ * security that applies
+ * to the table's owner (writes run as the owner, whom policies skip unless
+ * FORCE ROW LEVEL SECURITY).  An index,
  * trigger or constraint an administrator adds sends renewals through the
  * executor (SPI), which keeps all of them.
  */
@@ -213,12 +233,14 @@ le_store_has_installed_shape(Relation rel, bool only_our_triggers)
 	List	   *indexes = RelationGetIndexList(rel);
 	bool		ok;
 
-	ok = list_length(indexes) == (le_rels.schema_1_0 ? 1 : 2) &&
+	ok = list_length(indexes) == (OidIsValid(le_rels.leases_owner_idx) ? 2 : 1) &&
 		list_member_oid(indexes, le_rels.leases_pkey) &&
-		(le_rels.schema_1_0 || list_member_oid(indexes, le_rels.leases_owner_idx)) &&
+		(!OidIsValid(le_rels.leases_owner_idx) ||
+		 list_member_oid(indexes, le_rels.leases_owner_idx)) &&
+		le_store_not_null_as_installed(rel) &&
 		only_our_triggers &&
 		rel->rd_rules == NULL &&
-		!rel->rd_rel->relrowsecurity &&
+		!(rel->rd_rel->relrowsecurity && rel->rd_rel->relforcerowsecurity) &&
 		(rel->rd_att->constr == NULL || rel->rd_att->constr->num_check == 0);
 	list_free(indexes);
 	return ok;
@@ -261,13 +283,23 @@ le_store_load_rels(void)
 	 * invalidates it, so every backend switches at its next call; its
 	 * ShareLock waits for the writers in flight.
 	 */
-	le_rels.schema_1_0 = !OidIsValid(le_rels.leases_owner_idx) ||
-		!OidIsValid(le_rels.terms_seq) || !OidIsValid(le_rels.lock_key_rel);
+	le_rels.schema_1_0 = !OidIsValid(le_rels.terms_seq);
+	if (!le_rels.schema_1_0 && !OidIsValid(le_rels.lock_key_rel))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("leader_election.lock_key is missing"),
+				 errhint("Re-create the extension, or restore the table.")));
 
 	rel = table_open(le_rels.leases, AccessShareLock);
 	le_store_check_columns(rel);
 	le_rels.table_owner = rel->rd_rel->relowner;
-	le_rels.cache_triggers_ok = le_store_has_cache_triggers(rel, &only_ours);
+	/*
+	 * Another trigger, or a rule, may rewrite the rows the extension writes
+	 * (a BEFORE trigger setting NEW.expires_at), and the cache learns what
+	 * the extension meant to write: so no cache while there is one.
+	 */
+	le_rels.cache_triggers_ok = le_store_has_cache_triggers(rel, &only_ours) &&
+		only_ours && rel->rd_rules == NULL;
 	le_rels.fast_path_ok = le_store_has_installed_shape(rel, only_ours);
 	table_close(rel, NoLock);
 	le_rels.valid = true;
@@ -434,15 +466,35 @@ static void le_holder_details(Datum *pid, Datum *role, Datum *appname,
  * would add them.  Used only while the table has its installed shape
  * (le_store_has_installed_shape): these two indexes and nothing else.
  */
-static bool
+typedef enum LeInPlace
+{
+	LE_IN_PLACE_RENEWED,
+	LE_IN_PLACE_CHANGED,		/* the row changed: not renewed */
+	LE_IN_PLACE_NOT_ALLOWED		/* the table's shape changed: use the executor */
+} LeInPlace;
+
+static LeInPlace
 le_store_renew_in_place(const char *name, const LeaseRow *row,
 						TimestampTz now, TimestampTz expires)
 {
 	LeLookup	lk;
 	bool		renewed = false;
 	LeaseRow	updated = *row;
+	bool		found = le_lookup_begin(&lk, name, RowExclusiveLock);
 
-	if (le_lookup_begin(&lk, name, RowExclusiveLock) &&
+	/*
+	 * Taking RowExclusiveLock processed the invalidations of DDL committed
+	 * since this transaction last locked the table (an index or trigger
+	 * added while it held only AccessShareLock): decide again on the shape
+	 * the lock now covers, as the executor opens indexes after locking.
+	 */
+	le_store_load_rels();
+	if (!le_rels.fast_path_ok)
+	{
+		le_lookup_end(&lk);
+		return LE_IN_PLACE_NOT_ALLOWED;
+	}
+	if (found &&
 		!lk.slot->tts_isnull[COL_HOLDER] &&
 		DatumGetInt64(lk.slot->tts_values[COL_TERM]) == row->term &&
 		strcmp(TextDatumGetCString(lk.slot->tts_values[COL_HOLDER]), row->holder) == 0)
@@ -484,7 +536,7 @@ le_store_renew_in_place(const char *name, const LeaseRow *row,
 				bool		key_null = false;
 				index_insert(lk.idx, &key, &key_null, &newtup->t_self, lk.rel,
 							 UNIQUE_CHECK_YES, true, BuildIndexInfo(lk.idx));
-				if (!le_rels.schema_1_0)
+				if (OidIsValid(le_rels.leases_owner_idx))
 				{
 					Relation	owner_idx = index_open(le_rels.leases_owner_idx,
 													   RowExclusiveLock);
@@ -515,7 +567,7 @@ le_store_renew_in_place(const char *name, const LeaseRow *row,
 		le_store_note_renewal(name, &updated, expires);
 		CommandCounterIncrement();	/* later reads in this transaction see it */
 	}
-	return renewed;
+	return renewed ? LE_IN_PLACE_RENEWED : LE_IN_PLACE_CHANGED;
 }
 
 /*
@@ -534,6 +586,8 @@ typedef enum LeStmt
 	STMT_HISTORY_BEGIN,
 	STMT_HISTORY_TRIM,
 	STMT_HISTORY_END,
+	STMT_HISTORY_MAX,
+	STMT_ADVANCE_TERMS,
 	STMT_COUNT
 } LeStmt;
 
@@ -603,6 +657,17 @@ static const LeStmtDef le_stmts[STMT_COUNT] = {
 		" WHERE h.name OPERATOR(pg_catalog.=) $1 "
 		" ORDER BY h.term DESC OFFSET $2 LIMIT 1)",
 		2, {TEXTOID, INT8OID}
+	},
+	[STMT_HISTORY_MAX] = {
+		"SELECT pg_catalog.max(term) FROM leader_election.history "
+		"WHERE name OPERATOR(pg_catalog.=) $1",
+		1, {TEXTOID}
+	},
+	/* Only forward: to at least $1. */
+	[STMT_ADVANCE_TERMS] = {
+		"SELECT pg_catalog.setval('leader_election.terms', "
+		"GREATEST(s.last_value, $1)) FROM leader_election.terms AS s",
+		1, {INT8OID}
 	},
 	[STMT_HISTORY_END] = {
 		"UPDATE leader_election.history SET ended_at = $3, end_reason = $4 "
@@ -816,7 +881,12 @@ le_store_renew(const char *name, const LeaseRow *row, TimestampTz now,
 
 	le_store_load_rels();
 	if (!IsolationUsesXactSnapshot() && le_rels.fast_path_ok)
-		return le_store_renew_in_place(name, row, now, expires);
+	{
+		LeInPlace	r = le_store_renew_in_place(name, row, now, expires);
+
+		if (r != LE_IN_PLACE_NOT_ALLOWED)
+			return r == LE_IN_PLACE_RENEWED;
+	}
 
 	v[0] = CStringGetTextDatum(name);
 	v[1] = Int64GetDatum(row->term);
@@ -950,7 +1020,7 @@ le_store_lock_row(const char *name, bool for_takeover)
 	return LE_ROW_BUSY;
 }
 
-/* The 1.0 schema has no index on owner: count with a scan. */
+/* Without leases_owner_idx (1.0, or dropped): count with a scan. */
 static int64
 le_store_count_names_1_0(Oid owner)
 {
@@ -988,7 +1058,7 @@ le_store_count_names(Oid owner)
 	int64		count = 0;
 
 	le_store_load_rels();
-	if (le_rels.schema_1_0)
+	if (!OidIsValid(le_rels.leases_owner_idx))
 		return le_store_count_names_1_0(owner);
 	rel = table_open(le_rels.leases, AccessShareLock);
 	idx = index_open(le_rels.leases_owner_idx, AccessShareLock);
@@ -1009,103 +1079,142 @@ le_store_count_names(Oid owner)
 }
 
 /*
- * I2: terms.  Every new term is the next value of leader_election.terms, one
- * counter per database, so a name's terms are never reused whatever rows
- * were deleted.  The counter's value crosses servers with the data (WAL,
- * dump, pg_upgrade), but a standby's copy may lag its primary's (commits
- * that never arrived).  So when a grant finds itself on another server or
- * timeline than the one in leader_election.term_era, the counter first
- * jumps to the next multiple of 2^32: the old server stays within its era
- * (it would need 2^32 grants to leave it), so the new one is above every
- * term it could have issued.
+ * The term counter's storage (the rules are in terms.c): the sequence
+ * leader_election.terms and the table leader_election.term_era.
  */
-static bool le_era_known = false;
-static uint64 le_era_sysid;
-static TimeLineID le_era_tli;
 
-static void
-le_store_enter_era(uint64 sysid, TimeLineID tli)
+/* Does this database still have the 1.0 objects (before ALTER EXTENSION UPDATE)? */
+bool
+le_store_schema_1_0(void)
 {
-	static const char *const read_sql =
-		"SELECT system_identifier, timeline FROM leader_election.term_era";
-	static const char *const lock_sql =
-		"SELECT system_identifier, timeline FROM leader_election.term_era FOR UPDATE";
-	LeSpiCall	call;
-	bool		same = false;
+	le_store_load_rels();
+	return le_rels.schema_1_0;
+}
 
-	le_spi_begin(&call);
-	for (int pass = 0; pass < 2 && !same; pass++)
-	{
-		bool		isnull1;
-		bool		isnull2;
-		Datum		d1;
-		Datum		d2;
-
-		if (SPI_execute(pass == 0 ? read_sql : lock_sql, false, 0) != SPI_OK_SELECT)
-			elog(ERROR, "could not read leader_election.term_era");
-		if (SPI_processed != 1)
-			continue;
-		d1 = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull1);
-		d2 = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull2);
-		same = !isnull1 && !isnull2 && (uint64) DatumGetInt64(d1) == sysid &&
-			(TimeLineID) DatumGetInt32(d2) == tli;
-	}
-	if (!same)
-	{
-		Datum		args[2];
-		Oid			types[2] = {INT8OID, INT4OID};
-
-		/* A new era: the next multiple of 2^32 above the counter. */
-		if (SPI_execute("SELECT pg_catalog.setval('leader_election.terms', "
-						"((s.last_value OPERATOR(pg_catalog.>>) 32) OPERATOR(pg_catalog.+) 1) "
-						"OPERATOR(pg_catalog.<<) 32) FROM leader_election.terms AS s",
-						false, 0) != SPI_OK_SELECT)
-			elog(ERROR, "could not move leader_election.terms to a new era");
-		args[0] = Int64GetDatum((int64) sysid);
-		args[1] = Int32GetDatum((int32) tli);
-		if (SPI_execute_with_args("DELETE FROM leader_election.term_era", 0, NULL,
-								  NULL, NULL, false, 0) < 0 ||
-			SPI_execute_with_args("INSERT INTO leader_election.term_era "
-								  "(system_identifier, timeline) VALUES ($1, $2)",
-								  2, types, args, NULL, false, 0) != SPI_OK_INSERT)
-			elog(ERROR, "could not record the term era");
-		ereport(LOG,
-				(errmsg("leader_election: terms in database \"%s\" move to a new era on timeline %u",
-						get_database_name(MyDatabaseId), tli),
-				 errdetail("The term counter was last used on another server or timeline; new terms start above every term it could have issued.")));
-	}
-	le_spi_end(&call);
-	/* Known once it is committed; until then each grant looks again. */
-	le_era_known = same;
-	le_era_sysid = sysid;
-	le_era_tli = tli;
+/* The counter's next value (nextval, as the caller: no privilege check). */
+int64
+le_store_terms_next(void)
+{
+	le_store_load_rels();
+	return nextval_internal(le_rels.terms_seq, false);
 }
 
 /*
- * The next term.  old_term is the name's current term (0 for a new name);
- * only the 1.0 schema uses it: old_term + 1, at least (timeline - 1) * 2^32
- * + 1, as 1.0 did.
+ * Move the counter forward to at least at_least.  Only ever forward, and one
+ * mover at a time, so two moves cannot undo each other.  setval takes effect
+ * at once, whatever becomes of the transaction, so the lock is held only
+ * around it: nobody waits behind the mover's transaction.
  */
-int64
-le_store_next_term(int64 old_term)
+void
+le_store_advance_terms(int64 at_least)
 {
-	uint64		sysid = GetSystemIdentifier();
-	TimeLineID	tli = le_current_timeline();
+	LeSpiCall	call;
+	LOCKTAG		tag;
+	Datum		v[1];
 
-	le_store_load_rels();
-	if (le_rels.schema_1_0)
+	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, 0, 0, LE_LOCKTAG_TERMS);
+	(void) LockAcquire(&tag, ExclusiveLock, true, false);
+	PG_TRY();
 	{
-		int64		floor = ((int64) tli - 1) << 32;
-
-		if (old_term == PG_INT64_MAX)
-			ereport(ERROR,
-					(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-					 errmsg("lease has used every term")));
-		return Max(old_term + 1, floor + 1);
+		v[0] = Int64GetDatum(at_least);
+		le_spi_begin(&call);
+		le_spi_run(STMT_ADVANCE_TERMS, v, NULL, false);
+		le_spi_end(&call);
 	}
-	if (!le_era_known || le_era_sysid != sysid || le_era_tli != tli)
-		le_store_enter_era(sysid, tli);
-	return nextval_internal(le_rels.terms_seq, false);
+	PG_FINALLY();
+	{
+		LockRelease(&tag, ExclusiveLock, true);
+	}
+	PG_END_TRY();
+}
+
+/*
+ * Is leader_election.term_era exactly one row naming (sysid, tli)?  Read
+ * without a lock; *first_term is the highest first_term of its rows (0 if
+ * there are none).
+ */
+bool
+le_store_term_era_read(uint64 sysid, TimeLineID tli, int64 *first_term)
+{
+	LeSpiCall	call;
+	bool		same = false;
+
+	*first_term = 0;
+	le_spi_begin(&call);
+	if (SPI_execute("SELECT system_identifier, timeline, first_term FROM leader_election.term_era",
+					false, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not read leader_election.term_era");
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		bool		isnull[3];
+		Datum		d1 = SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull[0]);
+		Datum		d2 = SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2, &isnull[1]);
+		Datum		d3 = SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 3, &isnull[2]);
+
+		if (!isnull[2])
+			*first_term = Max(*first_term, DatumGetInt64(d3));
+		if (SPI_processed == 1)
+			same = !isnull[0] && !isnull[1] && (uint64) DatumGetInt64(d1) == sysid &&
+				(TimeLineID) DatumGetInt32(d2) == tli;
+	}
+	le_spi_end(&call);
+	return same;
+}
+
+/*
+ * Make leader_election.term_era the one row (sysid, tli, first_term), unless
+ * another transaction is doing the same right now (its rows are locked):
+ * then leave it to that one and return false.  Nobody waits.
+ */
+bool
+le_store_record_term_era(uint64 sysid, TimeLineID tli, int64 first_term)
+{
+	LeSpiCall	call;
+	Datum		args[3];
+	Oid			types[3] = {INT8OID, INT4OID, INT8OID};
+	uint64		total;
+	bool		recorded = false;
+
+	args[0] = Int64GetDatum((int64) sysid);
+	args[1] = Int32GetDatum((int32) tli);
+	args[2] = Int64GetDatum(first_term);
+	le_spi_begin(&call);
+	if (SPI_execute("SELECT 1 FROM leader_election.term_era", false, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not read leader_election.term_era");
+	total = SPI_processed;
+	if (SPI_execute("SELECT 1 FROM leader_election.term_era FOR UPDATE SKIP LOCKED",
+					false, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not lock leader_election.term_era");
+	if (SPI_processed == total)
+	{
+		if (SPI_execute("DELETE FROM leader_election.term_era", false, 0) < 0 ||
+			SPI_execute_with_args("INSERT INTO leader_election.term_era "
+								  "(system_identifier, timeline, first_term) VALUES ($1, $2, $3)",
+								  3, types, args, NULL, false, 0) != SPI_OK_INSERT)
+			elog(ERROR, "could not record the term era");
+		recorded = true;
+	}
+	le_spi_end(&call);
+	return recorded;
+}
+
+/* The highest term in the name's history, or 0. */
+int64
+le_store_history_max_term(const char *name)
+{
+	LeSpiCall	call;
+	Datum		v[1];
+	bool		isnull;
+	Datum		d;
+	int64		max_term;
+
+	v[0] = CStringGetTextDatum(name);
+	le_spi_begin(&call);
+	le_spi_run(STMT_HISTORY_MAX, v, NULL, true);
+	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	max_term = isnull ? 0 : DatumGetInt64(d);
+	le_spi_end(&call);
+	return max_term;
 }
 
 /*
@@ -1165,26 +1274,6 @@ le_new_lock_key(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_INTERNAL_ERROR),
 				 errmsg("could not generate a random lock key")));
 	PG_RETURN_BYTEA_P(k);
-}
-
-/*
- * leader_election.server_identity(): this server's system identifier and
- * the timeline it writes on (the values term_era records).
- */
-PG_FUNCTION_INFO_V1(le_server_identity);
-Datum
-le_server_identity(PG_FUNCTION_ARGS)
-{
-	TupleDesc	desc;
-	Datum		values[2];
-	bool		nulls[2] = {false, false};
-
-	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
-		elog(ERROR, "server_identity must return a composite type");
-	values[0] = Int64GetDatum((int64) GetSystemIdentifier());
-	values[1] = Int32GetDatum((int32) le_server_timeline());
-	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(desc),
-													  values, nulls)));
 }
 
 /* Record the start of a term, keeping at most history_max_terms per name. */

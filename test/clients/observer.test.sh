@@ -37,12 +37,14 @@ q "SELECT wait_for_leadership('watched', '1 minute', '30 s')" >/dev/null
 # ... and host-c finds the lease void at once: previous term session_ended.
 q "SELECT try_acquire_leader('watched', '1 minute', 'host-c')" >/dev/null
 
+# Terms come from one counter per database: 'other' drew term 2 and the
+# rolled-back acquisition term 3 (a gap, never reused).
 expected=(
     'watched term 1: host-a elected (previous term ended: none)'
     'watched term 1: host-a released (released)'
-    'watched term 2: host-b elected (previous term ended: released)'
-    'watched term 3: session:*:* elected (previous term ended: expired)'
-    'watched term 4: host-c elected (previous term ended: session_ended)'
+    'watched term 4: host-b elected (previous term ended: released)'
+    'watched term 5: session:*:* elected (previous term ended: expired)'
+    'watched term 6: host-c elected (previous term ended: session_ended)'
 )
 last=${expected[${#expected[@]}-1]}
 cl_wait_until 30 printed "$last" || true

@@ -37,6 +37,8 @@ $primary->safe_psql('postgres', q{SELECT try_acquire_leader('late', '1 hour', 'l
 my $sess = le_session($primary);
 is($sess->query_safe(q{SELECT try_acquire_leader('sess', '1 hour')}),
 	't', 'a live primary session holds sess');
+is($sess->query_safe(q{SELECT try_acquire_leader('short', '3 s')}),
+	't', 'and short, with a 3 s ttl');
 $primary->wait_for_catchup($standby);
 my $max_before = $primary->safe_psql('postgres',
 	'SELECT max(term) FROM leader_election.leases');
@@ -69,7 +71,7 @@ is($standby->safe_psql('postgres', q{SELECT holder, term FROM current_leader('jo
 	'holder-c|3', 'standby: current_leader');
 is($standby->safe_psql('postgres',
 		q{SELECT string_agg(name || ':' || regexp_replace(coalesce(holder, '-'), ':.*', ':*') || ':' || term || ':' || valid, ' ' ORDER BY name)
-		    FROM leader_election.leaders}),
+		    FROM leader_election.leaders WHERE name <> 'short'}),
 	'gone:-:4:false job:holder-c:3:true late:l:5:true sess:session:*:6:true',
 	'standby: leaders view');
 
@@ -80,12 +82,44 @@ is($standby->safe_psql('postgres',
 		q{SELECT count(*) FROM current_leader('sess')}),
 	'1', 'standby: current_leader shows the live primary session as leader of sess');
 
+# Promoted while the old primary is still up, its holder session with it
+# (a partition, a manager's mistake, a slow fencing script).
 $standby->promote;
 ok(le_poll($standby, 'SELECT NOT pg_is_in_recovery()'), 'standby promoted');
+
+# The first grants on the new timeline move the term counter to a new era;
+# none of them waits for another's transaction (a role holding its first
+# grant's transaction open must not hold up everybody's failover).
+my $slow = le_session($standby);
+$slow->query_safe('BEGIN');
+is($slow->query_safe(q{SELECT try_acquire_leader('first-after', '1 hour', 'slow')}),
+	't', 'a first grant after promotion, its transaction left open');
+is(le_sqlstate($standby, q{SET statement_timeout = '10s';
+		SELECT try_acquire_leader('second-after', '1 hour', 'quick')}),
+	'', 'another grant meanwhile does not wait for it');
+$slow->query_safe('COMMIT');
+le_quit($slow);
+my %era = map { split /\|/ } split /\n/, $standby->safe_psql('postgres',
+	q{SELECT name, term >> 32 FROM leader_election.leases WHERE name IN ('first-after', 'second-after')});
+is($era{'first-after'}, $era{'second-after'}, 'both drew from the same new era (one jump)');
+
+# The new primary cannot see the old primary's sessions end: their leases
+# keep their replicated expires_at, and the ttl decides, as on a standby.
+is($standby->safe_psql('postgres', q{SELECT try_acquire_leader('sess', '1 hour', 'new')}),
+	'f', 'after promotion: the old primary session\'s lease is not free while its ttl runs');
+is($sess->query_safe(q{SELECT try_acquire_leader('sess', '1 hour')}),
+	't', 'meanwhile its holder still renews on the old primary (one leader, not two)');
 
 # Old primary out of the way, as a failover would do.
 le_quit($sess);
 $primary->stop;
+is($standby->safe_psql('postgres', q{SELECT try_acquire_leader('sess', '1 hour', 'new')}),
+	'f', 'after the old primary stopped: still its ttl that decides');
+is($standby->safe_psql('postgres', q{SELECT wait_for_leadership('short', '1 hour', '60 s', 'new')}),
+	't', 'the old session\'s short lease is taken over once it expires');
+is($standby->safe_psql('postgres',
+		q{SELECT end_reason FROM leader_election.history WHERE name = 'short' ORDER BY term LIMIT 1}),
+	'expired', 'and its term ended as expired, not session_ended');
 
 is($standby->safe_psql('postgres', q{SELECT try_acquire_leader('job', '1 hour', 'holder-c')}),
 	't', 'after promotion: the holder renews its lease');
@@ -95,9 +129,7 @@ $standby->safe_psql('postgres', q{
 	SELECT try_acquire_leader('gone', '1 hour', 'new');
 	SELECT try_acquire_leader('brand-new', '1 hour', 'new');
 });
-is($standby->safe_psql('postgres', q{SELECT try_acquire_leader('sess', '1 hour', 'new')}),
-	't', 'after promotion: the old primary session\'s lease is free at once');
-for my $name (qw(job gone brand-new sess))
+for my $name (qw(job gone brand-new short))
 {
 	my $t = $standby->safe_psql('postgres',
 		"SELECT term FROM leader_election.leases WHERE name = '$name'");

@@ -73,7 +73,7 @@ sub event_is
 my $holder = le_session($node);
 $holder->query_safe(q{SELECT try_acquire_leader('n', '1 hour')});
 event_is('n', 'elected',
-	{ holder => qr/^session:$holder->{le_pid}:\d+$/, term => 1, reason => 'none' },
+	{ holder => qr/^session:$holder->{le_pid}:\d+\@\d+\.\d+$/, term => 1, reason => 'none' },
 	'first acquisition');
 $holder->query_safe(q{SELECT release_leader('n')});
 event_is('n', 'released',

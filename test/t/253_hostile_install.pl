@@ -3,7 +3,9 @@
 #
 # The attacker is an ordinary role with CREATE on the database and on schema
 # public (PostgreSQL 15 no longer grants the latter by default; many
-# databases still do).  It tries:
+# databases still do).  The install refuses a schema the attacker may create
+# in (issue 12), so the attacker loses that right before (b), keeping what it
+# made there.  It tries:
 #
 #  (a) a schema named leader_election made in advance, or one of our API
 #      functions made in advance: CREATE EXTENSION must fail and leave
@@ -224,14 +226,24 @@ sub check_clean
 		'>', 0, "(the check sees the view's dependency on our function $when)");
 }
 
-# Install as the superuser, with the attacker's schemas first.
+# While the attacker may still create in public, the install refuses it
+# (it could add overloads there after the install: 254_security_edges.pl).
+is(sqlstate_as($su, 'CREATE EXTENSION leader_election SCHEMA public'),
+	'42501', 'CREATE EXTENSION refuses public while the attacker may create there');
+is(nothing_installed(), 0, 'and installs nothing');
+$node->safe_psql('postgres', 'REVOKE CREATE ON SCHEMA public FROM attacker');
+
+# Install as the superuser, with the attacker's schemas first and its
+# objects already in public.
 $node->safe_psql('postgres', q{
 	SET search_path = evil, public, pg_temp;
 	CREATE EXTENSION leader_election SCHEMA public;
 });
 is($node->safe_psql('postgres',
-		q{SELECT extversion FROM pg_extension WHERE extname = 'leader_election'}),
-	'1.1', 'CREATE EXTENSION succeeds with the traps first on search_path');
+		q{SELECT extversion = default_version FROM pg_extension
+		    JOIN pg_available_extensions ON name = extname
+		   WHERE extname = 'leader_election'}),
+	't', 'CREATE EXTENSION succeeds with the traps first on search_path');
 check_clean('during CREATE EXTENSION');
 
 # The stored expressions name pg_catalog's objects.  Deparsed with the traps
@@ -297,9 +309,13 @@ for my $who ($su, 'app', 'attacker')
 {
 	my $sql = $use;
 	$sql =~ s/'N/'$who-N/g;
-	# The superuser also exercises the name quota and the history trimming.
+	# The superuser also exercises the name quota, the history trimming and
+	# the name administration functions.
 	$sql = "SET leader_election.max_names_per_role = 1000;
-		SET leader_election.history_max_terms = 1;\n$sql"
+		SET leader_election.history_max_terms = 1;\n$sql
+		SELECT leader_election.assign_name('$who-reserved', 'app');
+		SELECT leader_election.assign_name('$who-N', 'app');
+		SELECT leader_election.release_name('$who-N-short');"
 	  if $who eq $su;
 	my ($out, $err) = ('', '');
 	my $rc = $node->psql('postgres', $sql, stdout => \$out, stderr => \$err,

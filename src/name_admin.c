@@ -1,0 +1,48 @@
+/*-------------------------------------------------------------------------
+ *
+ * name_admin.c
+ *	  The C half of the administrator's functions for lease names.
+ *
+ * leader_election.assign_name and release_name (1.0--1.1 upgrade script,
+ * "Issue 12") take names back from roles that squat them, hand them to
+ * other roles and reserve them in advance.  They are SQL
+ * functions that write the lease and history tables directly; the lease
+ * cache's triggers see those writes like any other direct change.  What SQL
+ * cannot do is done here, once per name, before anything is written:
+ *
+ *	  - check the name as every other function does (input.c);
+ *	  - refuse a read-only transaction or a hot standby (25006);
+ *	  - note the name as changed by this transaction (wakeup.c), so that
+ *	    waiters in wait_for_leadership() wake at commit instead of at the
+ *	    old lease's expiry, and PREPARE TRANSACTION is refused as after any
+ *	    other write of a lease.
+ *
+ * This file must never decide who may do what: the right to call the
+ * administrator's functions is EXECUTE on them, granted by a superuser.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "fmgr.h"
+#include "miscadmin.h"
+#include "tcop/utility.h"
+#include "utils/builtins.h"
+
+#include "leader_election.h"
+
+PG_FUNCTION_INFO_V1(le_admin_change_begin);
+
+/* leader_election.admin_change_begin(name text) returns text: the name */
+Datum
+le_admin_change_begin(PG_FUNCTION_ARGS)
+{
+	char	   *name = le_checked_name(fcinfo, 0);
+
+	PreventCommandDuringRecovery("a change of a lease name");
+	PreventCommandIfReadOnly("a change of a lease name");
+	le_lock_name_writer(name);
+	le_xact_touched(name);
+	le_commit_note_write(name, 0);
+	PG_RETURN_TEXT_P(cstring_to_text(name));
+}

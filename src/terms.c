@@ -1,0 +1,147 @@
+/*-------------------------------------------------------------------------
+ *
+ * terms.c
+ *	  Where terms come from (invariant I2 in lease.c).
+ *
+ * Every new term is the next value of leader_election.terms, one counter
+ * per database, kept above every term issued in the database.  So a name's
+ * terms are never reused, whatever rows of leases or history were deleted
+ * or truncated.  Two further rules keep that true when the counter and the
+ * rows travel separately:
+ *
+ *	  Eras.  The counter's value crosses servers with the data (WAL, dump,
+ *	  pg_upgrade), but a standby's copy may lag its primary's: commits that
+ *	  never arrived.  So when a grant finds itself on another server or
+ *	  timeline than the one recorded in leader_election.term_era, the counter
+ *	  first jumps to the 2^32 era after the one the recorded server began
+ *	  in.  The old server stays within its era (it would need 2^32 grants to
+ *	  leave it: it jumps only when it finds itself elsewhere), so the new one
+ *	  is above every term it could have issued.  Each backend remembers the
+ *	  era it checked for its (server, timeline) and looks again when either
+ *	  changes.
+ *
+ *	  Rows without the counter.  Rows can arrive without it (logical
+ *	  replication of the tables, a restore of some tables only), so a term
+ *	  is also above the name's row and its history; the counter then moves
+ *	  up to it.  (Such a move can cross into a later era; a standby that had
+ *	  not received it when promoted jumps only one era above what it has:
+ *	  documented.)
+ *
+ * The counter only moves forward, one mover at a time (lease_store.c), and
+ * no grant waits for another's transaction to make a move.
+ * What can still move it back is documented (README): setval, RESTART, a
+ * data-only restore of an older dump into the same database, two copies of
+ * one data directory running as primaries.
+ *
+ * Before ALTER EXTENSION UPDATE, with the 1.0 objects, terms are what 1.0
+ * made them: old + 1, at least (timeline - 1) * 2^32 + 1.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/htup_details.h"
+#include "access/xlog.h"
+#include "commands/dbcommands.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+
+#include "compat.h"
+#include "leader_election.h"
+
+/* The era this backend has checked, if any. */
+static bool le_era_known = false;
+static uint64 le_era_sysid;
+static TimeLineID le_era_tli;
+
+/*
+ * Make sure the counter is in an era of this server and timeline: the era
+ * after the one the recorded server began at.  Grants that race here (all
+ * of a failover's first grants) compute the same target, so the counter
+ * jumps once; none waits for another (lease_store.c).
+ */
+static void
+le_enter_era(uint64 sysid, TimeLineID tli)
+{
+	int64		first_term;
+	bool		same = le_store_term_era_read(sysid, tli, &first_term);
+
+	if (!same)
+	{
+		int64		era = (first_term >> 32) + 1;
+
+		if (era >= (INT64CONST(1) << 31))
+			ereport(ERROR,
+					(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+					 errmsg("the term counter has no era left")));
+		le_store_advance_terms(era << 32);
+		(void) le_store_record_term_era(sysid, tli, era << 32);
+		ereport(LOG,
+				(errmsg("leader_election: terms in database \"%s\" move to a new era on timeline %u",
+						get_database_name(MyDatabaseId), tli),
+				 errdetail("The term counter was last used on another server or timeline; new terms start above every term it could have issued.")));
+	}
+	/* Known once it is committed; until then each grant looks again. */
+	le_era_known = same;
+	le_era_sysid = sysid;
+	le_era_tli = tli;
+}
+
+/* The next term for `name`, whose row has term old_term (0: no row). */
+int64
+le_next_term(const char *name, int64 old_term)
+{
+	uint64		sysid = GetSystemIdentifier();
+	TimeLineID	tli = le_current_timeline();
+	int64		floor;
+	int64		term;
+
+	if (old_term == PG_INT64_MAX)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("lease \"%s\" has used every term", name)));
+	floor = old_term + 1;
+
+	if (le_store_schema_1_0())
+		return Max(floor, (((int64) tli - 1) << 32) + 1);
+
+	if (!le_era_known || le_era_sysid != sysid || le_era_tli != tli)
+		le_enter_era(sysid, tli);
+	term = le_store_terms_next();
+
+	{
+		int64		history = le_store_history_max_term(name);
+
+		if (history == PG_INT64_MAX)
+			ereport(ERROR,
+					(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+					 errmsg("lease \"%s\" has used every term", name)));
+		floor = Max(floor, history + 1);
+	}
+	if (term < floor)
+	{
+		le_store_advance_terms(floor);
+		term = le_store_terms_next();
+	}
+	return term;
+}
+
+/*
+ * leader_election.server_identity(): this server's system identifier and
+ * the timeline it is on (the values term_era records).
+ */
+PG_FUNCTION_INFO_V1(le_server_identity);
+Datum
+le_server_identity(PG_FUNCTION_ARGS)
+{
+	TupleDesc	desc;
+	Datum		values[2];
+	bool		nulls[2] = {false, false};
+
+	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "server_identity must return a composite type");
+	values[0] = Int64GetDatum((int64) GetSystemIdentifier());
+	values[1] = Int32GetDatum((int32) le_server_timeline());
+	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(desc),
+													  values, nulls)));
+}
