@@ -24,13 +24,21 @@ SELECT extname, extversion, extrelocatable, extnamespace::regnamespace AS schema
   FROM pg_extension WHERE extname = 'leader_election';
 
 -- Every member object (the \dx+ listing), from pg_depend, and whether it
--- has a COMMENT (row types of the tables and the view are not members).
+-- has a COMMENT.  The row types of the tables and the view (and their
+-- array types) are left out: PostgreSQL 17 records them as members too,
+-- older majors do not.
 SELECT pg_describe_object(classid, objid, objsubid) AS object,
        obj_description(objid, (SELECT relname FROM pg_class WHERE oid = classid)) IS NOT NULL
            AS has_comment
   FROM pg_depend
  WHERE refclassid = 'pg_extension'::regclass AND deptype = 'e'
    AND refobjid = (SELECT oid FROM pg_extension WHERE extname = 'leader_election')
+   AND NOT (classid = 'pg_type'::regclass
+            AND EXISTS (SELECT FROM pg_type t
+                         WHERE t.oid = objid
+                           AND (t.typrelid <> 0
+                                OR EXISTS (SELECT FROM pg_type e
+                                            WHERE e.oid = t.typelem AND e.typrelid <> 0))))
  ORDER BY 1;
 
 -- Functions: schema, signature, result, volatility, parallel safety,

@@ -3,10 +3,10 @@
  * compat.h
  *	  Every PostgreSQL version difference leader_election cares about.
  *
- * The extension is built and tested on PostgreSQL 15; these shims keep
- * 13 through 17 within reach.  No other file may test PG_VERSION_NUM:
- * when a new difference appears, add a shim here and call it by its
- * le_ name everywhere else.
+ * The extension is built and tested, warnings as errors, on PostgreSQL
+ * 15, 17 and 18 (test/all.sh); these shims also keep 13, 14 and 16 within
+ * reach.  No other file may test PG_VERSION_NUM: when a new difference
+ * appears, add a shim here and call it by its le_ name everywhere else.
  *
  *-------------------------------------------------------------------------
  */
@@ -15,6 +15,7 @@
 
 #include "postgres.h"
 
+#include "access/genam.h"
 #include "access/heapam.h"
 #include "access/xlog.h"
 #if PG_VERSION_NUM >= 150000
@@ -22,6 +23,7 @@
 #endif
 #include "storage/lock.h"
 #include "utils/guc.h"
+#include "utils/wait_event.h"
 
 #if PG_VERSION_NUM < 130000
 #error "leader_election needs PostgreSQL 13 or later"
@@ -87,6 +89,18 @@ le_heap_update(Relation rel, ItemPointer otid, HeapTuple newtup,
 #endif
 }
 
+/* index_beginscan(); PostgreSQL 18 added the instrumentation argument. */
+static inline IndexScanDesc
+le_index_beginscan(Relation heap, Relation index, Snapshot snapshot,
+				   int nkeys, int norderbys)
+{
+#if PG_VERSION_NUM >= 180000
+	return index_beginscan(heap, index, snapshot, NULL, nkeys, norderbys);
+#else
+	return index_beginscan(heap, index, snapshot, nkeys, norderbys);
+#endif
+}
+
 /* Keep other modules from defining settings under our prefix. */
 static inline void
 le_reserve_guc_prefix(const char *prefix)
@@ -95,6 +109,27 @@ le_reserve_guc_prefix(const char *prefix)
 	MarkGUCPrefixReserved(prefix);
 #else
 	EmitWarningsOnPlaceholders(prefix);
+#endif
+}
+
+/*
+ * The wait event a session shows in pg_stat_activity while it sleeps in
+ * wait_for_leadership().  PostgreSQL 17 lets an extension name its own
+ * (wait_event_type "Extension", wait_event "LeaderElectionWaitForLeadership");
+ * older servers show the generic "Extension".  The id is registered once
+ * per backend, with or without shared_preload_libraries.
+ */
+static inline uint32
+le_wait_event_for_leadership(void)
+{
+#if PG_VERSION_NUM >= 170000
+	static uint32 wait_event = 0;
+
+	if (wait_event == 0)
+		wait_event = WaitEventExtensionNew("LeaderElectionWaitForLeadership");
+	return wait_event;
+#else
+	return PG_WAIT_EXTENSION;
 #endif
 }
 

@@ -364,7 +364,7 @@ le_lookup_begin(LeLookup *lk, const char *name, LOCKMODE lockmode)
 						   PointerGetDatum(cstring_to_text(name)));
 	lk->snap = RegisterSnapshot(GetLatestSnapshot());
 	lk->slot = table_slot_create(lk->rel, NULL);
-	lk->scan = index_beginscan(lk->rel, lk->idx, lk->snap, 1, 0);
+	lk->scan = le_index_beginscan(lk->rel, lk->idx, lk->snap, 1, 0);
 	index_rescan(lk->scan, &lk->key, 1, NULL, 0);
 	if (!index_getnext_slot(lk->scan, ForwardScanDirection, lk->slot))
 		return false;
@@ -1066,7 +1066,7 @@ le_store_count_names(Oid owner)
 				ObjectIdGetDatum(owner));
 	snap = RegisterSnapshot(GetLatestSnapshot());
 	slot = table_slot_create(rel, NULL);
-	scan = index_beginscan(rel, idx, snap, 1, 0);
+	scan = le_index_beginscan(rel, idx, snap, 1, 0);
 	index_rescan(scan, &key, 1, NULL, 0);
 	while (index_getnext_slot(scan, ForwardScanDirection, slot))
 		count++;

@@ -43,6 +43,7 @@
 #include "utils/resowner.h"
 #include "utils/timestamp.h"
 
+#include "compat.h"
 #include "leader_election.h"
 
 #define LE_WAKE_SLOTS		1024
@@ -313,12 +314,12 @@ le_wait_sleep(TimestampTz until)
 			return;				/* woken during the attempt: try again */
 		(void) ConditionVariableTimedSleep(&le_wake->slots[le_waiting_slot].cv,
 										   Min(ms, LE_RECHECK_MS),
-										   PG_WAIT_EXTENSION);
+										   le_wait_event_for_leadership());
 	}
 	else
 	{
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						 Min(ms, LE_POLL_MS), PG_WAIT_EXTENSION);
+						 Min(ms, LE_POLL_MS), le_wait_event_for_leadership());
 		ResetLatch(MyLatch);
 	}
 }

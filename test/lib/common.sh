@@ -1,6 +1,8 @@
 # test/lib/common.sh: shared by test/all.sh, test/demo.sh and bench/run.sh.
 #
 #   le_bootstrap         install Debian packages (as root), build, install
+#   le_install_packages  only the Debian packages
+#   le_build_install DIR build the tree in DIR against $LE_PG_BIN and install
 #   le_run_as_tester     run a command as the unprivileged test user
 #   le_workdir           a copy of the tree the test user can write to
 #   le_cluster_start     initdb + start a throwaway cluster (as the test user)
@@ -25,8 +27,12 @@ le_sudo() {
     if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi
 }
 
-# le_bootstrap [extra debian packages...]
-le_bootstrap() {
+# le_install_packages [extra debian packages...]
+# The server packages are those of $LE_PG_MAJOR when Debian ships it;
+# test/all.sh installs them for the system's major and builds the others
+# (test/lib/build_pg.sh), then sets LE_PACKAGES_DONE=1 for each major.
+le_install_packages() {
+    [ "${LE_PACKAGES_DONE:-0}" = 1 ] && return 0
     local missing=() p
     for p in "${LE_PACKAGES[@]}" "$@"; do
         dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
@@ -37,9 +43,22 @@ le_bootstrap() {
         le_sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
     fi
     # Debian starts a cluster on 5432 when it installs the server; we never use it.
-    le_say "building and installing leader_election"
-    make -C "$LE_ROOT" -s PG_CONFIG="$LE_PG_BIN/pg_config" LE_WERROR="${LE_WERROR:-0}" >/dev/null
-    le_sudo make -C "$LE_ROOT" -s PG_CONFIG="$LE_PG_BIN/pg_config" install >/dev/null
+}
+
+# le_build_install DIR: build the tree in DIR (as the owner of DIR) against
+# $LE_PG_BIN/pg_config and install it there.
+le_build_install() {
+    local dir=$1 as=()
+    le_say "building and installing leader_election for $("$LE_PG_BIN/pg_config" --version)"
+    [ "$dir" != "$LE_ROOT" ] && [ "$(id -u)" = 0 ] && as=(runuser -u postgres --)
+    "${as[@]}" make -C "$dir" -s PG_CONFIG="$LE_PG_BIN/pg_config" LE_WERROR="${LE_WERROR:-0}" >/dev/null
+    le_sudo make -C "$dir" -s PG_CONFIG="$LE_PG_BIN/pg_config" install >/dev/null
+}
+
+# le_bootstrap [extra debian packages...]
+le_bootstrap() {
+    le_install_packages "$@"
+    le_build_install "$LE_ROOT"
 }
 
 le_tester() {

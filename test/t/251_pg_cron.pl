@@ -25,8 +25,13 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-plan skip_all => 'pg_cron is not installed'
-  unless -e '/usr/share/postgresql/15/extension/pg_cron.control';
+# Look in the installation under test: Debian 12 packages pg_cron for
+# PostgreSQL 15 only, so on a major built from source it is absent.
+my $sharedir = `pg_config --sharedir`;
+chomp $sharedir;
+my $major = `pg_config --version` =~ /(\d+)/ ? $1 : '?';
+plan skip_all => "pg_cron is not installed for PostgreSQL $major ($sharedir)"
+  unless -e "$sharedir/extension/pg_cron.control";
 
 my $node = le_node(
 	'cron', conf => q{
