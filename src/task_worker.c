@@ -334,6 +334,12 @@ static char *le_lease_name = NULL;	/* in TopMemoryContext once known */
 static void
 le_worker_session_settings(void)
 {
+	/*
+	 * The worker acts as the task's owner itself: a role setting the owner
+	 * gave itself (ALTER ROLE ... SET role) would make it another role, which
+	 * may not even see the task.  The procedure may still SET ROLE.
+	 */
+	SetConfigOption("role", "none", PGC_USERSET, PGC_S_SESSION);
 	/* am_leader()/assert_leader() in the procedure default to the runner. */
 	SetConfigOption("leader_election.holder_id", le_identity, PGC_USERSET, PGC_S_SESSION);
 	if (le_lease_name != NULL)

@@ -12,7 +12,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 
 my $node = le_node('state', conf => "leader_election.database = 'postgres'\nrestart_after_crash = on\n");
-le_task_role($node, $_) for qw(app ro dies);
+le_task_role($node, $_) for qw(app ro dies masked);
 $node->safe_psql('postgres', q{
 CREATE TABLE public.seen (task text, pid int, work_mem text, path text, ro text,
                           at timestamptz DEFAULT clock_timestamp());
@@ -47,6 +47,13 @@ ALTER PROCEDURE public.reader() OWNER TO ro;
 ALTER PROCEDURE public.boom() OWNER TO dies;
 ALTER ROLE ro SET default_transaction_read_only = on;
 ALTER ROLE dies SET exit_on_error = on;
+-- A role that makes its own sessions another role, which cannot see its tasks.
+CREATE ROLE masked_as NOLOGIN;
+GRANT masked_as TO masked;
+CREATE PROCEDURE public.reader2() LANGUAGE plpgsql AS $$
+BEGIN PERFORM count(*) FROM pg_class; END $$;
+ALTER PROCEDURE public.reader2() OWNER TO masked;
+ALTER ROLE masked SET role = 'masked_as';
 });
 
 # --- a procedure that changes its session's settings ---
@@ -72,6 +79,14 @@ ok(le_poll($node, q{SELECT count(*) >= 4 FROM leader_election.task_runs
 	'a read-only role\'s task runs and its runs are recorded');
 is($node->safe_psql('postgres', q{SELECT count(DISTINCT pid) FROM leader_election.task_runs
 	WHERE task_name = 'ro'}), '1', 'by one worker that never died');
+
+# --- a role whose own settings make its sessions another role ---
+$node->safe_psql('postgres', q{SET ROLE masked;
+	SELECT leader_election.register_task('masked', 'public.reader2()', '1 second', '5 seconds')});
+ok(le_poll($node, q{SELECT count(*) >= 2 FROM leader_election.task_runs
+	WHERE task_name = 'masked' AND status = 'succeeded'}, 't', 60),
+	'a task whose owner sets its sessions\' role runs as its owner and is recorded');
+$node->safe_psql('postgres', q{SET ROLE masked; SELECT leader_election.unregister_task('masked')});
 
 # --- a worker that dies on every run ---
 $node->safe_psql('postgres', q{SET ROLE dies;
