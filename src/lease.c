@@ -183,6 +183,25 @@ le_lock_role_names(Oid role)
 	(void) LockAcquire(&tag, ExclusiveLock, false, false);
 }
 
+/*
+ * A new name for the current role: refused (53400) once the role has
+ * max_names_per_role names.  Called with the name's writer lock held.
+ */
+static void
+le_check_names_quota(void)
+{
+	if (le_max_names_per_role <= 0)
+		return;
+	le_lock_role_names(GetUserId());
+	if (le_store_count_names(GetUserId()) >= le_max_names_per_role)
+		ereport(ERROR,
+				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+				 errmsg("role \"%s\" already uses %d lease names",
+						GetUserNameFromId(GetUserId(), false),
+						le_max_names_per_role),
+				 errhint("Reuse a name, or raise leader_election.max_names_per_role.")));
+}
+
 /* I3 */
 bool
 le_lease_valid(const LeaseRow *row, TimestampTz now)
@@ -213,6 +232,28 @@ le_check_owner(const char *name, const LeaseRow *row)
 			(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
 			 errmsg("permission denied for lease \"%s\"", name),
 			 errdetail("The lease name belongs to another role.")));
+}
+
+/*
+ * Make name the current role's without taking its lease (register_task
+ * claims its task's name this way, so that no other role can take the name
+ * between registration and the first run): 42501 if another role owns it
+ * (I8), 53400 if it is new and the role has max_names_per_role names.  A
+ * name the role (or a role it has the privileges of) owns stays as it is.
+ */
+void
+le_claim_name(const char *name)
+{
+	LeaseRow	row;
+
+	(void) le_lock_writer(name, true);
+	le_store_read(name, &row);
+	le_check_owner(name, &row);
+	if (!row.found)
+	{
+		le_check_names_quota();
+		le_store_reserve(name);
+	}
 }
 
 /* Write functions refuse read-only transactions and hot standbys (25006). */
@@ -343,17 +384,7 @@ le_try_acquire_from(const char *name, int64 ttl_usecs, const LeIdentity *who,
 
 	if (!row.found)
 	{
-		if (le_max_names_per_role > 0)
-		{
-			le_lock_role_names(GetUserId());
-			if (le_store_count_names(GetUserId()) >= le_max_names_per_role)
-				ereport(ERROR,
-						(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
-						 errmsg("role \"%s\" already uses %d lease names",
-								GetUserNameFromId(GetUserId(), false),
-								le_max_names_per_role),
-						 errhint("Reuse a name, or raise leader_election.max_names_per_role.")));
-		}
+		le_check_names_quota();
 		term = le_next_term(name, 0);
 		le_store_insert(name, who, term, now, now + ttl_usecs);
 		le_history_begin(name, term, who, GetUserId(), now);

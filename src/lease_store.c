@@ -577,6 +577,7 @@ le_store_renew_in_place(const char *name, const LeaseRow *row,
 typedef enum LeStmt
 {
 	STMT_INSERT,
+	STMT_RESERVE,
 	STMT_RENEW,
 	STMT_TAKE_OVER,
 	STMT_RELEASE,
@@ -604,6 +605,11 @@ static const LeStmtDef le_stmts[STMT_COUNT] = {
 		"VALUES ($1, $2, $3, $4, $5, $5, $6, $7, $8, $9, $10, $11, $12)",
 		12, {TEXTOID, OIDOID, TEXTOID, INT8OID, TIMESTAMPTZOID, TIMESTAMPTZOID,
 		INT4OID, TIMESTAMPTZOID, INT4OID, OIDOID, TEXTOID, INETOID}
+	},
+	/* A name owned and never held: no holder, term 0 (as assign_name). */
+	[STMT_RESERVE] = {
+		"INSERT INTO leader_election.leases (name, owner, term) VALUES ($1, $2, 0)",
+		2, {TEXTOID, OIDOID}
 	},
 	[STMT_RENEW] = {
 		"UPDATE leader_election.leases SET renewed_at = $4, expires_at = $5, "
@@ -860,6 +866,26 @@ le_store_insert(const char *name, const LeIdentity *who, int64 term,
 	le_spi_run(STMT_INSERT, v, n, false);
 	le_spi_end(&call);
 	le_store_note_grant(name, who, GetUserId(), term, expires);
+}
+
+/*
+ * Give the name to the current role without taking its lease: a row with
+ * no holder and term 0, which the first acquisition takes over like a
+ * released lease.  The caller holds the name's writer lock and has seen
+ * that there is no row.
+ */
+void
+le_store_reserve(const char *name)
+{
+	LeSpiCall	call;
+	Datum		v[2];
+
+	v[0] = CStringGetTextDatum(name);
+	v[1] = ObjectIdGetDatum(GetUserId());
+	le_spi_begin(&call);
+	le_spi_run(STMT_RESERVE, v, NULL, false);
+	le_spi_end(&call);
+	CommandCounterIncrement();
 }
 
 /*

@@ -46,6 +46,7 @@
 
 char	   *le_task_database = NULL;
 int			le_max_task_workers = 4;
+int			le_max_task_workers_per_role = 0;
 char	   *le_task_holder_id = NULL;
 bool		le_allow_superuser_tasks = false;
 int			le_task_runs_max = 1000;
@@ -78,6 +79,15 @@ le_task_define_settings(void)
 							4, 0, 64,
 							PGC_POSTMASTER,
 							0,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("leader_election.max_task_workers_per_role",
+							"Most task workers the tasks of one role may have at once.",
+							"0 means no limit beyond leader_election.max_task_workers.",
+							&le_max_task_workers_per_role,
+							0, 0, 64,
+							PGC_SIGHUP,
+							GUC_SUPERUSER_ONLY,
 							NULL, NULL, NULL);
 
 	DefineCustomStringVariable("leader_election.task_holder_id",
@@ -260,6 +270,7 @@ le_free_slot(int i)
 	SpinLockAcquire(&slot->mutex);
 	slot->in_use = false;
 	slot->task_id = 0;
+	slot->owner = InvalidOid;
 	slot->name[0] = '\0';
 	slot->stopping = false;
 	slot->pid = 0;
@@ -302,6 +313,7 @@ le_start_worker(const LeTask *t, int i)
 	SpinLockAcquire(&slot->mutex);
 	slot->in_use = true;
 	slot->task_id = t->id;
+	slot->owner = t->owner;
 	strlcpy(slot->name, t->name, sizeof(slot->name));
 	slot->stopping = false;
 	slot->pid = 0;
@@ -383,6 +395,40 @@ le_worker_gone(int i)
 					mine->name, info->deaths, info->last_error)));
 }
 
+/* How many slots the tasks of role hold (workers alive or exiting). */
+static int
+le_role_workers(Oid role)
+{
+	int			n = 0;
+
+	for (int i = 0; i < le_tasks->nslots; i++)
+	{
+		LeTaskSlot *slot = &le_tasks->slots[i];
+
+		SpinLockAcquire(&slot->mutex);
+		if (slot->in_use && slot->owner == role)
+			n++;
+		SpinLockRelease(&slot->mutex);
+	}
+	return n;
+}
+
+/*
+ * The next task to hand a slot to: of those not handled yet, one whose
+ * role holds the fewest slots (workers[k] for tasks[k]), the lowest id
+ * among them (tasks are in id order).
+ */
+static int
+le_next_fair_task(int ntasks, const bool *handled, const int *workers)
+{
+	int			best = -1;
+
+	for (int k = 0; k < ntasks; k++)
+		if (!handled[k] && (best < 0 || workers[k] < workers[best]))
+			best = k;
+	return best;
+}
+
 /* Is the extension installed in this database (it may be dropped)? */
 static bool
 le_extension_installed(void)
@@ -453,6 +499,8 @@ le_launcher_scan(MemoryContext cxt)
 		HASH_SEQ_STATUS seq;
 		LeTaskInfo *info;
 		TimestampTz now;
+		bool	   *handled;
+		int		   *workers;
 
 		le_task_xact_begin();
 		installed = le_extension_installed();
@@ -516,15 +564,26 @@ le_launcher_scan(MemoryContext cxt)
 
 		/*
 		 * Start workers for enabled tasks that have none, one per lease name:
-		 * a worker still exiting keeps its name taken till it is gone.
+		 * a worker still exiting keeps its name taken till it is gone.  The
+		 * tasks of the roles with the fewest workers go first, and no role
+		 * gets more than its quota (task_runner.h, "Slots").
 		 */
 		now = GetCurrentTimestamp();
+		handled = MemoryContextAllocZero(cxt, sizeof(bool) * Max(ntasks, 1));
+		workers = MemoryContextAlloc(cxt, sizeof(int) * Max(ntasks, 1));
 		for (int k = 0; k < ntasks; k++)
+			workers[k] = le_role_workers(tasks[k].owner);
+		for (int round = 0; round < ntasks; round++)
 		{
-			LeTask	   *t = &tasks[k];
+			LeTask	   *t;
+			int			k = le_next_fair_task(ntasks, handled, workers);
 			int			free_slot = -1;
 			bool		has_worker = false;
 			bool		name_taken = false;
+			int			role_workers = workers[k];
+
+			handled[k] = true;
+			t = &tasks[k];
 
 			info = le_info(t->id, t->name);
 			info->seen = true;
@@ -566,6 +625,12 @@ le_launcher_scan(MemoryContext cxt)
 			else if (now < info->retry_at)
 				le_info_state(info, psprintf("waiting to restart after %d worker failures in a row",
 											 info->deaths), NULL);
+			else if (le_max_task_workers_per_role > 0 &&
+					 role_workers >= le_max_task_workers_per_role)
+				le_info_state(info, psprintf("waiting for a task worker slot (its role has leader_election.max_task_workers_per_role = %d workers)",
+											 le_max_task_workers_per_role),
+							  psprintf("Role \"%s\" already has as many task workers as leader_election.max_task_workers_per_role allows.",
+									   t->role_name));
 			else if (free_slot < 0)
 				le_info_state(info, psprintf("waiting for a task worker slot (leader_election.max_task_workers = %d)",
 											 le_max_task_workers),
@@ -578,7 +643,12 @@ le_launcher_scan(MemoryContext cxt)
 									   max_worker_processes));
 			}
 			else
+			{
 				le_info_state(info, "worker started", NULL);
+				for (int j = 0; j < ntasks; j++)
+					if (tasks[j].owner == t->owner)
+						workers[j]++;
+			}
 		}
 
 		/* Show the states; forget tasks that are no longer enabled. */

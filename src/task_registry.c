@@ -59,7 +59,11 @@ le_task_query(const char *source, const char *tail)
 					"  (pg_catalog.date_part('epoch', t.ttl) OPERATOR(pg_catalog.*) 1000000)::pg_catalog.int8,"
 					"  (pg_catalog.date_part('epoch', t.run_every) OPERATOR(pg_catalog.*) 1000000)::pg_catalog.int8,"
 					"  t.enabled,"
-					"  r.oid IS NOT NULL, r.rolname::pg_catalog.text, r.rolcanlogin, r.rolsuper,"
+					"  r.oid IS NOT NULL, r.rolname::pg_catalog.text, r.rolcanlogin,"
+					"  CASE WHEN r.oid IS NOT NULL THEN (SELECT s.rolname::pg_catalog.text"
+					"       FROM pg_catalog.pg_roles AS s WHERE s.rolsuper"
+					"       AND pg_catalog.pg_has_role(t.owner, s.oid, 'MEMBER')"
+					"       ORDER BY s.oid OPERATOR(pg_catalog.<>) t.owner, s.rolname LIMIT 1) END,"
 					"  CASE WHEN r.oid IS NOT NULL THEN pg_catalog.has_database_privilege(t.owner,"
 					"       pg_catalog.current_database(), 'CONNECT') END,"
 					"  p.oid IS NOT NULL, n.nspname::pg_catalog.text, p.proname::pg_catalog.text,"
@@ -68,7 +72,12 @@ le_task_query(const char *source, const char *tail)
 					"  p.proallargtypes IS NULL,"
 					"  CASE WHEN r.oid IS NOT NULL AND p.oid IS NOT NULL THEN"
 					"       pg_catalog.has_schema_privilege(t.owner, p.pronamespace, 'USAGE') AND"
-					"       pg_catalog.has_function_privilege(t.owner, p.oid, 'EXECUTE') END"
+					"       pg_catalog.has_function_privilege(t.owner, p.oid, 'EXECUTE') END,"
+					"  r.rolvaliduntil OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp(),"
+					"  r.rolvaliduntil::pg_catalog.text,"
+					"  CASE WHEN r.oid IS NOT NULL AND p.oid IS NOT NULL THEN"
+					"       pg_catalog.pg_has_role(t.owner, p.proowner, 'USAGE') END,"
+					"  pg_catalog.pg_get_userbyid(p.proowner)::pg_catalog.text"
 					" FROM %s AS t"
 					" LEFT JOIN pg_catalog.pg_roles AS r ON r.oid OPERATOR(pg_catalog.=) t.owner"
 					" LEFT JOIN pg_catalog.pg_proc AS p ON p.oid OPERATOR(pg_catalog.=) t.procedure::pg_catalog.oid"
@@ -124,7 +133,8 @@ le_task_from_tuple(HeapTuple tup, TupleDesc desc, LeTask *t)
 	t->role_exists = le_spi_bool(tup, desc, 8);
 	t->role_name = SPI_getvalue(tup, desc, 9);
 	t->can_login = le_spi_bool(tup, desc, 10);
-	t->superuser = le_spi_bool(tup, desc, 11);
+	t->super_role = SPI_getvalue(tup, desc, 11);
+	t->superuser = (t->super_role != NULL);
 	t->can_connect = le_spi_bool(tup, desc, 12);
 	t->proc_exists = le_spi_bool(tup, desc, 13);
 	t->proc_schema = SPI_getvalue(tup, desc, 14);
@@ -138,6 +148,26 @@ le_task_from_tuple(HeapTuple tup, TupleDesc desc, LeTask *t)
 	t->arg0 = le_spi_oid(tup, desc, 19);
 	t->only_in_args = le_spi_bool(tup, desc, 20);
 	t->can_execute = le_spi_bool(tup, desc, 21);
+	t->expired = le_spi_bool(tup, desc, 22);
+	t->valid_until = SPI_getvalue(tup, desc, 23);
+	t->has_proc_owner_privs = le_spi_bool(tup, desc, 24);
+	t->proc_owner_name = SPI_getvalue(tup, desc, 25);
+}
+
+/*
+ * Does the task's lease name now belong to a role whose privileges the
+ * task's owner does not have (a name handed to another role by
+ * assign_name after register_task claimed it)?  Read from the table with
+ * the writers' own lookup, which row-level security does not filter.
+ */
+static void
+le_task_check_name(LeTask *t)
+{
+	LeaseRow	row;
+
+	le_store_read(t->name, &row);
+	t->name_foreign = row.found && row.owner != t->owner &&
+		!has_privs_of_role(t->owner, row.owner);
 }
 
 /* ---- the checks ---- */
@@ -154,9 +184,17 @@ le_task_problem(const LeTask *t)
 	if (!t->can_login)
 		return psprintf("role \"%s\" cannot log in (task workers connect as the task's owner, which needs LOGIN)",
 						t->role_name);
+	if (t->expired)
+		return psprintf("role \"%s\" has expired (VALID UNTIL %s)",
+						t->role_name, t->valid_until);
 	if (t->superuser && !le_allow_superuser_tasks)
-		return psprintf("role \"%s\" is a superuser and leader_election.allow_superuser_tasks is off",
-						t->role_name);
+	{
+		if (strcmp(t->super_role, t->role_name) == 0)
+			return psprintf("role \"%s\" is a superuser and leader_election.allow_superuser_tasks is off",
+							t->role_name);
+		return psprintf("role \"%s\" is a member of superuser role \"%s\" and leader_election.allow_superuser_tasks is off",
+						t->role_name, t->super_role);
+	}
 	if (!t->can_connect)
 		return psprintf("role \"%s\" lacks CONNECT on this database", t->role_name);
 	if (!t->proc_exists)
@@ -170,6 +208,12 @@ le_task_problem(const LeTask *t)
 	if (!t->can_execute)
 		return psprintf("role \"%s\" lacks EXECUTE on procedure %s (or USAGE on its schema)",
 						t->role_name, t->proc_text);
+	if (!t->has_proc_owner_privs)
+		return psprintf("role \"%s\" does not have the privileges of role \"%s\", the owner of procedure %s (who could change what it does)",
+						t->role_name, t->proc_owner_name ? t->proc_owner_name : "?",
+						t->proc_text);
+	if (t->name_foreign)
+		return psprintf("the lease name \"%s\" belongs to another role", t->name);
 	return NULL;
 }
 
@@ -179,7 +223,8 @@ le_task_problem_code(const LeTask *t)
 {
 	if (!t->proc_exists || t->prokind != 'p')
 		return ERRCODE_WRONG_OBJECT_TYPE;
-	if (!t->can_login || t->superuser || !t->can_connect || !t->can_execute)
+	if (!t->can_login || t->expired || t->superuser || !t->can_connect ||
+		!t->can_execute || !t->has_proc_owner_privs || t->name_foreign)
 		return ERRCODE_INSUFFICIENT_PRIVILEGE;
 	return ERRCODE_INVALID_FUNCTION_DEFINITION;
 }
@@ -208,6 +253,7 @@ le_task_load(int64 task_id, LeTask *t, MemoryContext into)
 		return false;
 	old = MemoryContextSwitchTo(into);
 	le_task_from_tuple(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, t);
+	le_task_check_name(t);
 	MemoryContextSwitchTo(old);
 	return true;
 }
@@ -230,6 +276,8 @@ le_task_load_enabled(MemoryContext into, int *ntasks)
 	tasks = palloc0(sizeof(LeTask) * Max(*ntasks, 1));
 	for (int k = 0; k < *ntasks; k++)
 		le_task_from_tuple(SPI_tuptable->vals[k], SPI_tuptable->tupdesc, &tasks[k]);
+	for (int k = 0; k < *ntasks; k++)
+		le_task_check_name(&tasks[k]);
 	MemoryContextSwitchTo(old);
 	return tasks;
 }
@@ -311,7 +359,8 @@ le_task_disable(const LeTask *t, const char *reason)
 								 4, types, values, NULL, false, 0);
 	ereport(LOG,
 			(errmsg("leader_election: task \"%s\" disabled: %s", t->name, reason),
-			 errhint("Fix the cause, then call leader_election.enable_task('%s').", t->name)));
+			 errhint("Fix the cause, then call leader_election.enable_task(%s).",
+					 quote_literal_cstr(t->name))));
 	return true;
 }
 
@@ -426,7 +475,6 @@ register_task(PG_FUNCTION_ARGS)
 	Oid			types[5] = {TEXTOID, OIDOID, OIDOID, INTERVALOID, INTERVALOID};
 	Datum		values[5];
 	LeTask		t;
-	LeaseRow	row;
 	char	   *problem;
 	int64		id;
 	Oid			other_owner;
@@ -442,13 +490,13 @@ register_task(PG_FUNCTION_ARGS)
 							   LE_TASK_MAX_TTL_USECS, "1 second and 1 day");
 	PreventCommandDuringRecovery("register_task()");
 
-	/* The lease name must not belong to another role (lease.c, I8). */
-	le_store_read(name, &row);
-	if (row.found && row.owner != me && !has_privs_of_role(me, row.owner))
-		ereport(ERROR,
-				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-				 errmsg("permission denied for lease \"%s\"", name),
-				 errdetail("The lease name belongs to another role.")));
+	/*
+	 * The lease name must not belong to another role (lease.c, I8); a new
+	 * name becomes the caller's now, so that no other role can take it
+	 * before the first run.  Rolled back with the registration if a check
+	 * below fails.
+	 */
+	le_claim_name(name);
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
@@ -610,6 +658,7 @@ alter_task(PG_FUNCTION_ARGS)
 	if (SPI_processed != 1)
 		elog(ERROR, "checking the task failed");
 	le_task_from_tuple(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, &t);
+	le_task_check_name(&t);
 	problem = le_task_problem(&t);
 	if (problem != NULL)
 		ereport(ERROR,

@@ -102,8 +102,14 @@
  * lease writes have a lock timeout, so one role's open transaction can
  * stall neither the launcher's scan nor the renewals of other tasks.
  *
- * Slots.  A task that cannot get a worker (no free slot, or no background
- * worker) shows why in tasks.runner_state, and the log says so once.
+ * Slots.  A task that cannot get a worker (no free slot, its role's
+ * quota leader_election.max_task_workers_per_role used up, or no
+ * background worker) shows why in tasks.runner_state, and the log says so
+ * once.  Free slots go to the tasks whose roles have the fewest workers
+ * first (ties by task id), so while slots are short every role gets its
+ * turn; the quota keeps one role's idle workers from holding every slot.
+ * A worker keeps its slot while its task is enabled: neither rule stops a
+ * worker that has one.
  *
  * Database.  If the launcher cannot connect to leader_election.database,
  * it retries after 1, 2, 4 ... 60 s and logs the reason once.
@@ -151,7 +157,7 @@
  *
  * LOCKING.  Every field but confirmed_expires is read and written under
  * mutex.  The launcher owns in_use, task_id and name (it hands the slot
- * out and takes it back), stopping and cancel_requested/cancel_reason; the
+ * out and takes it back), owner, stopping and cancel_requested/cancel_reason; the
  * worker owns pid (set when it claims the slot, cleared when it exits),
  * the run fields running, run_id, term and ttl_usecs, and how it exited
  * (exit_expected, last_error), which the launcher reads once pid is 0.  confirmed_expires is written under
@@ -168,6 +174,7 @@ typedef struct LeTaskSlot
 	slock_t		mutex;
 	bool		in_use;			/* launcher: slot assigned to task_id */
 	int64		task_id;
+	Oid			owner;			/* launcher: the task's owner */
 	char		name[LE_MAX_NAME_BYTES + 1];	/* launcher: the task's lease name */
 	bool		stopping;		/* launcher: told the worker to stop */
 	pid_t		pid;			/* worker: its pid while it lives, else 0 */
@@ -216,7 +223,10 @@ typedef struct LeTask
 	bool		role_exists;
 	char	   *role_name;
 	bool		can_login;
-	bool		superuser;
+	bool		expired;		/* VALID UNTIL has passed */
+	char	   *valid_until;
+	bool		superuser;		/* a superuser, or a member of one */
+	char	   *super_role;		/* that superuser role (maybe the owner) */
 	bool		can_connect;
 	bool		proc_exists;
 	char	   *proc_schema;
@@ -227,11 +237,15 @@ typedef struct LeTask
 	Oid			arg0;
 	bool		only_in_args;
 	bool		can_execute;
+	bool		has_proc_owner_privs;	/* owner has the proc owner's rights */
+	char	   *proc_owner_name;
+	bool		name_foreign;	/* lease name owned by an outside role */
 } LeTask;
 
 /* task_launcher.c: settings, shared memory, the launcher */
 extern char *le_task_database;
 extern int	le_max_task_workers;
+extern int	le_max_task_workers_per_role;
 extern char *le_task_holder_id;
 extern bool le_allow_superuser_tasks;
 extern int	le_task_runs_max;
