@@ -226,6 +226,7 @@ SELECT name, owner::regrole FROM leader_election.leases WHERE name = 'leaver-nam
 -- the OID).
 CREATE ROLE regress_le_tasker LOGIN;
 CREATE PROCEDURE public.regress_le_noop() LANGUAGE sql AS 'SELECT 1';
+ALTER PROCEDURE public.regress_le_noop() OWNER TO regress_le_tasker;
 GRANT EXECUTE ON FUNCTION leader_election.register_task(text, regprocedure, interval, interval),
       leader_election.unregister_task(text) TO regress_le_tasker;
 SET ROLE regress_le_tasker;
@@ -253,8 +254,10 @@ RESET ROLE;
 REVOKE ALL ON FUNCTION leader_election.register_task(text, regprocedure, interval, interval),
       leader_election.unregister_task(text) FROM regress_le_tasker;
 DELETE FROM leader_election.task_runs WHERE task_name = 'leaver-task';
-DROP ROLE regress_le_tasker;
+-- register_task made the task's name the role's: hand it over too.
+SELECT leader_election.assign_name('leaver-task', 'regress_le_victim') AS task_name_handed_over;
 DROP PROCEDURE public.regress_le_noop();
+DROP ROLE regress_le_tasker;
 
 -- Clean up.
 DROP FUNCTION pg_temp.leak(text[]);

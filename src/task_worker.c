@@ -806,8 +806,13 @@ le_task_worker_main(Datum main_arg)
 					CommandCounterIncrement();
 				}
 			}
+			/*
+			 * Every check before a run; the name's owner before every
+			 * campaign too, which would fail on a name that is no longer
+			 * the task owner's.
+			 */
 			now = GetCurrentTimestamp();
-			if (now >= due)
+			if (now >= due || t.name_foreign)
 				problem = le_task_problem(&t);
 			if (problem != NULL)
 				(void) le_task_disable(&t, problem);

@@ -37,6 +37,9 @@ REVOKE EXECUTE ON PROCEDURE public.p_private() FROM PUBLIC;
 CREATE PROCEDURE public.p_shared() LANGUAGE sql AS $$ INSERT INTO public.hits (task) VALUES ('a4') $$;
 REVOKE EXECUTE ON PROCEDURE public.p_shared() FROM PUBLIC;
 GRANT EXECUTE ON PROCEDURE public.p_shared() TO a4;
+CREATE ROLE sharers;
+GRANT sharers TO a4;
+ALTER PROCEDURE public.p_shared() OWNER TO sharers;
 });
 
 # Registration refuses bad input, one SQLSTATE each.
@@ -82,7 +85,7 @@ my $launcher = $node->safe_psql('postgres', q{SELECT pid FROM pg_stat_activity
 
 $node->safe_psql('postgres', q{DROP PROCEDURE public.p_a1()});
 $node->safe_psql('postgres', q{ALTER ROLE a2 NOLOGIN});
-$node->safe_psql('postgres', q{REVOKE EXECUTE ON PROCEDURE public.p_shared() FROM a4});
+$node->safe_psql('postgres', q{REVOKE EXECUTE ON PROCEDURE public.p_shared() FROM a4, sharers});
 
 my %why = (
 	t_a1 => 'procedure % no longer exists',
