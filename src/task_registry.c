@@ -173,12 +173,14 @@ le_task_check_name(LeTask *t)
 /* ---- the checks ---- */
 
 /*
- * Why the task cannot run now, or NULL.  The same checks at registration,
- * before the launcher starts a worker, and before every run.
+ * Why the task cannot run now, or NULL, and in *code the SQLSTATE with
+ * which registration refuses it.  The same checks at registration, before
+ * the launcher starts a worker, and before every run.
  */
-char *
-le_task_problem(const LeTask *t)
+static char *
+le_task_check(const LeTask *t, int *code)
 {
+	*code = ERRCODE_INSUFFICIENT_PRIVILEGE;
 	if (!t->role_exists)
 		return psprintf("the owner role (OID %u) no longer exists", t->owner);
 	if (!t->can_login)
@@ -197,14 +199,17 @@ le_task_problem(const LeTask *t)
 	}
 	if (!t->can_connect)
 		return psprintf("role \"%s\" lacks CONNECT on this database", t->role_name);
+	*code = ERRCODE_WRONG_OBJECT_TYPE;
 	if (!t->proc_exists)
 		return psprintf("procedure %s no longer exists", t->proc_text);
 	if (t->prokind != 'p')
 		return psprintf("%s is not a procedure", t->proc_text);
+	*code = ERRCODE_INVALID_FUNCTION_DEFINITION;
 	if (!t->only_in_args ||
 		!(t->nargs == 0 || (t->nargs == 1 && t->arg0 == INT8OID)))
 		return psprintf("procedure %s must take no arguments or a single bigint (the term)",
 						t->proc_text);
+	*code = ERRCODE_INSUFFICIENT_PRIVILEGE;
 	if (!t->can_execute)
 		return psprintf("role \"%s\" lacks EXECUTE on procedure %s (or USAGE on its schema)",
 						t->role_name, t->proc_text);
@@ -217,16 +222,22 @@ le_task_problem(const LeTask *t)
 	return NULL;
 }
 
+char *
+le_task_problem(const LeTask *t)
+{
+	int			code;
+
+	return le_task_check(t, &code);
+}
+
 /* The SQLSTATE with which registration refuses a task with a problem. */
 int
 le_task_problem_code(const LeTask *t)
 {
-	if (!t->proc_exists || t->prokind != 'p')
-		return ERRCODE_WRONG_OBJECT_TYPE;
-	if (!t->can_login || t->expired || t->superuser || !t->can_connect ||
-		!t->can_execute || !t->has_proc_owner_privs || t->name_foreign)
-		return ERRCODE_INSUFFICIENT_PRIVILEGE;
-	return ERRCODE_INVALID_FUNCTION_DEFINITION;
+	int			code;
+
+	(void) le_task_check(t, &code);
+	return code;
 }
 
 /* ---- reading tasks (in the caller's SPI connection) ---- */

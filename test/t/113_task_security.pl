@@ -5,7 +5,8 @@
 #  (1) Slots: one role's idle tasks took every task worker slot, and
 #      another role's task never ran.  With
 #      leader_election.max_task_workers_per_role = 1 the other role gets a
-#      slot, and the task beyond the quota says why it waits.
+#      slot, and the task beyond the quota says why it waits.  Without it,
+#      a free slot goes to the role with the fewest workers.
 #  (2) Names: register_task claims the task's lease name (no other role can
 #      take it before the first run); a name handed to another role later
 #      disables the task with the reason, instead of a worker that dies on
@@ -86,6 +87,27 @@ ok(le_poll($fair, q{SELECT runner_state FROM leader_election.tasks WHERE name IN
 	'waiting for a task worker slot (its role has leader_election.max_task_workers_per_role = 1 workers)', 20),
 	'a\'s task beyond its quota shows that it waits');
 $fair->stop;
+
+# Without a quota, a free slot goes to the role with the fewest workers:
+# a2 and b1 become enabled together, and b1 (no worker yet) gets the one
+# free slot before a2 (whose role has one), though a2's id is lower.
+my $fair0 = le_node('fair0', conf => "leader_election.database = 'postgres'\n"
+	. "leader_election.max_task_workers = 2\n");
+ticks_table($fair0);
+le_task_role($fair0, $_) for qw(a b);
+tick_proc($fair0, 'pa', 'a');
+tick_proc($fair0, 'pb', 'b');
+is(register($fair0, 'a', 'a1', 'public.pa()', '1 hour'), '', 'a registers a1');
+ok(le_poll($fair0, q{SELECT count(*) FROM public.ticks WHERE who = 'pa'}, '1', 20), 'a1 ran');
+$fair0->safe_psql('postgres', q{BEGIN;
+	SET ROLE a; SELECT leader_election.register_task('a2', 'public.pa()', '1 hour', '5 seconds');
+	SET ROLE b; SELECT leader_election.register_task('b1', 'public.pb()', '1 hour', '5 seconds');
+	COMMIT;});
+ok(le_poll($fair0, q{SELECT string_agg(name || ': ' || coalesce(runner_state, '-'), ', ' ORDER BY name)
+	FROM leader_election.tasks},
+	'a1: worker started, a2: waiting for a task worker slot (leader_election.max_task_workers = 2), b1: worker started', 20),
+	'the free slot goes to the role without a worker');
+$fair0->stop;
 
 my $node = le_node('sec', conf => "leader_election.database = 'postgres'\n"
 	. "leader_election.max_task_workers = 8\n");
