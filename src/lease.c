@@ -62,7 +62,8 @@
  *     under the same holder, or by a candidate for an instant), and a role's
  *     first uses of new names take turns while max_names_per_role is set.
  *
- * I8  A name belongs to the role that first used it; other roles (unless
+ * I8  A name belongs to the role that first used it (a first acquisition,
+ *     register_task's claim, or assign_name); other roles (unless
  *     members of it, or superusers) get 42501 on every function, before
  *     it takes any lock; and no name a role chooses can share another
  *     name's writer lock except by chance (a keyed hash, le_writer_locktag).

@@ -13,9 +13,9 @@
  * task tables: every write goes through le_exec_as_task_tables_owner(),
  * with parameters only, never concatenated values.
  *
- * This file never starts, stops or signals a worker and never touches a
- * lease: a task's lease name is checked against its owner here (lease.c,
- * I8) but only the worker ever takes it.  The design of the runner is in
+ * This file never starts, stops or signals a worker and never takes a
+ * lease: register_task claims the task's lease name for its owner
+ * (le_claim_name, lease.c I8), and only the worker ever takes the lease.  The design of the runner is in
  * task_runner.h.
  *
  *-------------------------------------------------------------------------

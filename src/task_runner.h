@@ -21,8 +21,10 @@
  * leader_election.database as the bootstrap superuser and, about once a
  * second:
  *	  - reads the enabled tasks and checks each one's owner and procedure
- *		(le_task_problem); a task that fails a check is disabled with a
- *		'skipped' row in task_runs and a log line;
+ *		(le_task_problem: LOGIN, VALID UNTIL, no superuser power even by
+ *		membership, CONNECT, EXECUTE, the procedure owner's privileges, the
+ *		lease name still the owner's); a task that fails a check is
+ *		disabled with a 'skipped' row in task_runs and a log line;
  *	  - starts a dynamic worker per enabled task, up to max_task_workers,
  *		and stops the workers of tasks that were disabled or unregistered.
  * In between, as often as the shortest ttl needs, it renews the leases of
@@ -36,8 +38,8 @@
  * (le_try_acquire: acquires, or renews its own); when it holds the lease
  * and the task is due it records a 'running' row in that same transaction
  * and commits, so a run never starts without a lease that was valid an
- * instant before.  It then CALLs the procedure non-atomically (it may
- * COMMIT) and records the outcome.  Runs are start-to-start run_every
+ * instant before.  It then CALLs the procedure, by the OID registered, not
+ * by name, non-atomically (it may COMMIT) and records the outcome.  Runs are start-to-start run_every
  * apart; an overrun delays the next run and never overlaps it.
  *
  * One run per name.  The launcher hands out slots by lease name, not by
