@@ -14,6 +14,18 @@
 
 \echo Use "ALTER EXTENSION leader_election UPDATE TO '1.1'" to load this file. \quit
 
+/*
+ * The update runs while the extension is in use (test/t/061_live_upgrade.pl).
+ * It takes its strong locks first, in the order sessions take them: a task
+ * worker reads its task, then touches the lease, its history and its run;
+ * applications touch the lease, then its history.  So the update waits for
+ * the transactions in flight instead of deadlocking with one of them.
+ * Sessions asleep in wait_for_leadership() hold no lock (src/lease.c) and
+ * do not hold it up.
+ */
+LOCK TABLE leader_election.tasks, leader_election.leases, leader_election.history,
+    leader_election.task_runs IN ACCESS EXCLUSIVE MODE;
+
 -- ===================================================================
 -- Issue 11: safety at the edges
 -- ===================================================================

@@ -86,6 +86,7 @@
 #include "utils/json.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
+#include "utils/resowner.h"
 #include "utils/timestamp.h"
 
 #include "compat.h"
@@ -641,6 +642,52 @@ assert_leader(PG_FUNCTION_ARGS)
 }
 
 /*
+ * One attempt of wait_for_leadership, in a subtransaction that is kept if
+ * it won and rolled back if it lost.  A lost attempt changed nothing, and
+ * rolling it back gives up the locks it took (the lease table's, the
+ * writer lock), so a waiter holds no lock while it sleeps: DDL on the
+ * table, ALTER EXTENSION UPDATE among it, never queues behind a waiter
+ * and, queued, stalls every other session's calls until the waiter's
+ * timeout.  Locks the transaction held before the wait stay held.
+ */
+static bool
+le_wait_attempt_in_subxact(const char *name, int64 ttl_usecs, const LeIdentity *who,
+						   TimestampTz *retry_at)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	ResourceOwner owner = CurrentResourceOwner;
+	bool		acquired = false;
+
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(cxt);
+	PG_TRY();
+	{
+		acquired = le_try_acquire(name, ttl_usecs, who, retry_at);
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(cxt);
+		CurrentResourceOwner = owner;
+		ReThrowError(edata);
+	}
+	PG_END_TRY();
+
+	if (acquired)
+		ReleaseCurrentSubTransaction();
+	else
+		RollbackAndReleaseCurrentSubTransaction();
+	MemoryContextSwitchTo(cxt);
+	CurrentResourceOwner = owner;
+	return acquired;
+}
+
+/*
  * wait_for_leadership(name text, ttl interval, timeout interval,
  *					   holder text) returns boolean
  *
@@ -682,7 +729,7 @@ wait_for_leadership(PG_FUNCTION_ARGS)
 			CHECK_FOR_INTERRUPTS();
 			le_wait_attempt();
 			old_cxt = MemoryContextSwitchTo(attempt_cxt);
-			acquired = le_try_acquire(name, ttl, &who, &retry_at);
+			acquired = le_wait_attempt_in_subxact(name, ttl, &who, &retry_at);
 			MemoryContextSwitchTo(old_cxt);
 			MemoryContextReset(attempt_cxt);
 			if (acquired)

@@ -1260,28 +1260,47 @@ le_store_lock_key(uint8 *key)
 	}
 	if (!le_rels.lock_key_loaded)
 	{
-		LeSpiCall	call;
-		bool		isnull = true;
-		bytea	   *k = NULL;
+		/*
+		 * Read under the latest snapshot, not the statement's: a statement
+		 * that began before ALTER EXTENSION UPDATE committed sees the
+		 * table in the catalogs (they are read fresh) but, with its own
+		 * snapshot, not the row the update put in it.  The key is the
+		 * extension's configuration, the same for every transaction.
+		 */
+		Relation	rel = table_open(le_rels.lock_key_rel, AccessShareLock);
+		AttrNumber	keyatt = get_attnum(le_rels.lock_key_rel, "key");
+		Snapshot	snap = RegisterSnapshot(GetLatestSnapshot());
+		TableScanDesc scan = table_beginscan(rel, snap, 0, NULL);
+		HeapTuple	tup;
+		int			rows = 0;
+		bool		ok = false;
 
-		le_spi_begin(&call);
-		if (SPI_execute("SELECT key FROM leader_election.lock_key", true, 0) == SPI_OK_SELECT &&
-			SPI_processed == 1)
+		while ((tup = heap_getnext(scan, ForwardScanDirection)) != NULL)
 		{
-			Datum		d = SPI_getbinval(SPI_tuptable->vals[0],
-										  SPI_tuptable->tupdesc, 1, &isnull);
+			bool		isnull;
+			Datum		d;
 
+			if (++rows > 1 || keyatt == InvalidAttrNumber)
+				break;
+			d = heap_getattr(tup, keyatt, RelationGetDescr(rel), &isnull);
 			if (!isnull)
-				k = DatumGetByteaPP(d);
+			{
+				bytea	   *k = DatumGetByteaPP(d);
+
+				ok = VARSIZE_ANY_EXHDR(k) == LE_LOCK_KEY_BYTES;
+				if (ok)
+					memcpy(le_rels.lock_key, VARDATA_ANY(k), LE_LOCK_KEY_BYTES);
+			}
 		}
-		if (k == NULL || VARSIZE_ANY_EXHDR(k) != LE_LOCK_KEY_BYTES)
+		table_endscan(scan);
+		UnregisterSnapshot(snap);
+		table_close(rel, AccessShareLock);
+		if (!ok || rows != 1)
 			ereport(ERROR,
 					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 					 errmsg("leader_election.lock_key must hold exactly one key of %d bytes",
 							LE_LOCK_KEY_BYTES),
 					 errhint("Put back the row that was removed; or insert one from leader_election.new_lock_key() and then end every session of this database.")));
-		memcpy(le_rels.lock_key, VARDATA_ANY(k), LE_LOCK_KEY_BYTES);
-		le_spi_end(&call);
 		le_rels.lock_key_loaded = true;
 	}
 	memcpy(key, le_rels.lock_key, LE_LOCK_KEY_BYTES);

@@ -355,7 +355,13 @@ le_task_disable(const LeTask *t, const char *reason)
 	values[1] = CStringGetTextDatum(t->name);
 	values[2] = ObjectIdGetDatum(t->owner);
 	values[3] = CStringGetTextDatum(reason);
-	le_exec_as_task_tables_owner("UPDATE leader_election.tasks SET enabled = false, disabled_reason = $4,"
+	le_exec_as_task_tables_owner(le_store_schema_1_0() ?
+								 "UPDATE leader_election.tasks SET enabled = false, disabled_reason = $4,"
+								 " last_status = 'skipped'"
+								 " WHERE id OPERATOR(pg_catalog.=) (SELECT l.id FROM leader_election.tasks AS l"
+								 "   WHERE l.id OPERATOR(pg_catalog.=) $1 AND l.name OPERATOR(pg_catalog.=) $2"
+								 "   AND l.owner OPERATOR(pg_catalog.=) $3 FOR NO KEY UPDATE SKIP LOCKED)" :
+								 "UPDATE leader_election.tasks SET enabled = false, disabled_reason = $4,"
 								 " last_status = 'skipped', runner_state = NULL"
 								 " WHERE id OPERATOR(pg_catalog.=) (SELECT l.id FROM leader_election.tasks AS l"
 								 "   WHERE l.id OPERATOR(pg_catalog.=) $1 AND l.name OPERATOR(pg_catalog.=) $2"
@@ -386,6 +392,9 @@ le_task_set_state(int64 task_id, const char *state)
 	Oid			types[2] = {INT8OID, TEXTOID};
 	Datum		values[2];
 
+	/* The 1.0 objects (before ALTER EXTENSION UPDATE) have no runner_state. */
+	if (le_store_schema_1_0())
+		return true;
 	values[0] = Int64GetDatum(task_id);
 	values[1] = CStringGetTextDatum(state);
 	le_exec_as_task_tables_owner("UPDATE leader_election.tasks SET runner_state = $2"
@@ -583,6 +592,9 @@ le_set_enabled(FunctionCallInfo fcinfo, bool enabled)
 	values[1] = BoolGetDatum(enabled);
 	PG_RETURN_BOOL(le_change_own_task(name,
 									  enabled ? "enable_task()" : "disable_task()",
+									  le_store_schema_1_0() ?
+									  "UPDATE leader_election.tasks SET enabled = $2, disabled_reason = NULL"
+									  " WHERE id OPERATOR(pg_catalog.=) $1" :
 									  "UPDATE leader_election.tasks SET enabled = $2, disabled_reason = NULL,"
 									  " runner_state = CASE WHEN $2 THEN runner_state END"
 									  " WHERE id OPERATOR(pg_catalog.=) $1",

@@ -308,6 +308,12 @@ le_wait_sleep(TimestampTz until)
 
 	if (le_wake != NULL && le_waiting_slot >= 0)
 	{
+		/*
+		 * Back on the condition variable's list: the attempt ran in a
+		 * subtransaction (lease.c), and rolling one back cancels a prepared
+		 * sleep.  A broadcast before this shows in the count below.
+		 */
+		ConditionVariablePrepareToSleep(&le_wake->slots[le_waiting_slot].cv);
 		pg_memory_barrier();
 		if (pg_atomic_read_u64(&le_wake->slots[le_waiting_slot].broadcasts) !=
 			le_waiting_seen)
