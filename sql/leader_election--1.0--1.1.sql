@@ -380,3 +380,23 @@ CREATE FUNCTION leader_election.alter_task(name text,
 COMMENT ON FUNCTION leader_election.alter_task(text, pg_catalog.regprocedure, interval, interval) IS
     'Change a task''s procedure, run_every or ttl in place (NULL keeps a value), with the checks of register_task; false if there is no such task';
 REVOKE ALL ON FUNCTION leader_election.alter_task(text, pg_catalog.regprocedure, interval, interval) FROM PUBLIC;
+
+-- ===================================================================
+-- Issue 16: release 1.1
+-- ===================================================================
+
+/*
+ * tasks.procedure becomes the procedure's signature as text, its schema
+ * and argument types qualified (app.rollup(bigint)); register_task and
+ * alter_task still take a regprocedure.  pg_upgrade refuses any table with
+ * a regprocedure column (it does not keep the OIDs of functions), so a
+ * database with 1.0's column could not be upgraded to a new major.  The
+ * conversion writes the signatures qualified: under a search_path of
+ * pg_catalog alone, regprocedure's output names every other schema.  The
+ * extension script's settings end with the script.
+ */
+SET LOCAL search_path = pg_catalog, pg_temp;
+ALTER TABLE leader_election.tasks ALTER COLUMN procedure TYPE pg_catalog.text
+    USING procedure::pg_catalog.text;
+COMMENT ON COLUMN leader_election.tasks.procedure IS
+    'The procedure the runner CALLs: its signature, schema-qualified (as regprocedure prints it with search_path = pg_catalog); resolved at every scan, so renaming or dropping it disables the task';

@@ -30,6 +30,8 @@
 #include "tcop/utility.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
+#include "utils/regproc.h"
+#include "utils/syscache.h"
 
 #include "task_runner.h"
 
@@ -55,7 +57,7 @@ static char *
 le_task_query(const char *source, const char *tail)
 {
 	return psprintf(
-					"SELECT t.id, t.name, t.owner, t.procedure::pg_catalog.oid,"
+					"SELECT t.id, t.name, t.owner, p.oid,"
 					"  (pg_catalog.date_part('epoch', t.ttl) OPERATOR(pg_catalog.*) 1000000)::pg_catalog.int8,"
 					"  (pg_catalog.date_part('epoch', t.run_every) OPERATOR(pg_catalog.*) 1000000)::pg_catalog.int8,"
 					"  t.enabled,"
@@ -80,7 +82,8 @@ le_task_query(const char *source, const char *tail)
 					"  pg_catalog.pg_get_userbyid(p.proowner)::pg_catalog.text"
 					" FROM %s AS t"
 					" LEFT JOIN pg_catalog.pg_roles AS r ON r.oid OPERATOR(pg_catalog.=) t.owner"
-					" LEFT JOIN pg_catalog.pg_proc AS p ON p.oid OPERATOR(pg_catalog.=) t.procedure::pg_catalog.oid"
+					" LEFT JOIN pg_catalog.pg_proc AS p ON p.oid OPERATOR(pg_catalog.=)"
+					"   pg_catalog.to_regprocedure(t.procedure::pg_catalog.text)::pg_catalog.oid"
 					" LEFT JOIN pg_catalog.pg_namespace AS n ON n.oid OPERATOR(pg_catalog.=) p.pronamespace"
 					" %s",
 					source, tail);
@@ -201,7 +204,7 @@ le_task_check(const LeTask *t, int *code)
 		return psprintf("role \"%s\" lacks CONNECT on this database", t->role_name);
 	*code = ERRCODE_WRONG_OBJECT_TYPE;
 	if (!t->proc_exists)
-		return psprintf("procedure %s no longer exists", t->proc_text);
+		return psprintf("procedure %s no longer exists (dropped, or renamed)", t->proc_text);
 	if (t->prokind != 'p')
 		return psprintf("%s is not a procedure", t->proc_text);
 	*code = ERRCODE_INVALID_FUNCTION_DEFINITION;
@@ -484,6 +487,24 @@ le_change_own_task(const char *name, const char *function, const char *sql,
 }
 
 /*
+ * How tasks.procedure keeps a procedure: its signature, schema-qualified
+ * with qualified argument types (app.rollup(bigint)), which reads back to
+ * the same procedure whatever the search_path.  Not its OID (a regprocedure
+ * column): pg_upgrade keeps no function OIDs and refuses tables with such
+ * columns.  The runner resolves it at every scan (le_task_query), so a
+ * renamed or dropped procedure disables the task with the reason.
+ */
+static Datum
+le_procedure_signature(Oid procedure)
+{
+	if (!SearchSysCacheExists1(PROCOID, ObjectIdGetDatum(procedure)))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_FUNCTION),
+				 errmsg("procedure with OID %u does not exist", procedure)));
+	return CStringGetTextDatum(format_procedure_qualified(procedure));
+}
+
+/*
  * leader_election.register_task(name text, procedure regprocedure,
  *								 run_every interval, ttl interval) returns bigint
  */
@@ -492,7 +513,7 @@ register_task(PG_FUNCTION_ARGS)
 {
 	char	   *name = le_checked_name(fcinfo, 0);
 	Oid			me = GetUserId();
-	Oid			types[5] = {TEXTOID, OIDOID, OIDOID, INTERVALOID, INTERVALOID};
+	Oid			types[5] = {TEXTOID, OIDOID, TEXTOID, INTERVALOID, INTERVALOID};
 	Datum		values[5];
 	LeTask		t;
 	char	   *problem;
@@ -527,7 +548,7 @@ register_task(PG_FUNCTION_ARGS)
 
 	values[0] = CStringGetTextDatum(name);
 	values[1] = ObjectIdGetDatum(me);
-	values[2] = PG_GETARG_DATUM(1);
+	values[2] = le_procedure_signature(PG_GETARG_OID(1));
 	values[3] = PG_GETARG_DATUM(2);
 	values[4] = PG_GETARG_DATUM(3);
 
@@ -535,7 +556,7 @@ register_task(PG_FUNCTION_ARGS)
 	rc = SPI_execute_with_args(le_task_query("(SELECT 0::pg_catalog.int8 AS id,"
 											 " $1::pg_catalog.text AS name,"
 											 " $2::pg_catalog.oid AS owner,"
-											 " $3::pg_catalog.oid::pg_catalog.regprocedure AS procedure,"
+											 " $3 AS procedure,"
 											 " $4::pg_catalog.interval AS run_every,"
 											 " $5::pg_catalog.interval AS ttl,"
 											 " true AS enabled)", ""),
@@ -549,7 +570,10 @@ register_task(PG_FUNCTION_ARGS)
 				(errcode(le_task_problem_code(&t)),
 				 errmsg("cannot register task \"%s\": %s", name, problem)));
 
-	le_exec_as_task_tables_owner("INSERT INTO leader_election.tasks (name, owner, procedure, run_every, ttl)"
+	le_exec_as_task_tables_owner(le_store_schema_1_0() ?
+								 "INSERT INTO leader_election.tasks (name, owner, procedure, run_every, ttl)"
+								 " VALUES ($1, $2, $3::pg_catalog.regprocedure, $4, $5) RETURNING id" :
+								 "INSERT INTO leader_election.tasks (name, owner, procedure, run_every, ttl)"
 								 " VALUES ($1, $2, $3, $4, $5) RETURNING id",
 								 5, types, values, NULL, false, 1);
 	id = le_spi_int64(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
@@ -629,7 +653,7 @@ Datum
 alter_task(PG_FUNCTION_ARGS)
 {
 	char	   *name = le_checked_name(fcinfo, 0);
-	Oid			types[4] = {INT8OID, OIDOID, INTERVALOID, INTERVALOID};
+	Oid			types[4] = {INT8OID, TEXTOID, INTERVALOID, INTERVALOID};
 	Datum		values[4];
 	char		nulls[4] = {' ', ' ', ' ', ' '};
 	LeTask		t;
@@ -667,12 +691,12 @@ alter_task(PG_FUNCTION_ARGS)
 			values[i] = (Datum) 0;
 		}
 		else
-			values[i] = PG_GETARG_DATUM(i);
+			values[i] = i == 1 ? le_procedure_signature(PG_GETARG_OID(1)) : PG_GETARG_DATUM(i);
 	}
 
 	/* The same checks the runner makes, on the values the task will have. */
 	le_exec_as_task_tables_owner(le_task_query("(SELECT o.id, o.name, o.owner,"
-											   " COALESCE($2::pg_catalog.regprocedure, o.procedure) AS procedure,"
+											   " COALESCE($2, o.procedure) AS procedure,"
 											   " COALESCE($3, o.run_every) AS run_every,"
 											   " COALESCE($4, o.ttl) AS ttl,"
 											   " true AS enabled FROM leader_election.tasks AS o"
@@ -689,7 +713,7 @@ alter_task(PG_FUNCTION_ARGS)
 				 errmsg("cannot alter task \"%s\": %s", name, problem)));
 
 	le_exec_as_task_tables_owner("UPDATE leader_election.tasks SET"
-									  " procedure = COALESCE($2::pg_catalog.regprocedure, procedure),"
+									  " procedure = COALESCE($2, procedure),"
 									  " run_every = COALESCE($3, run_every),"
 									  " ttl = COALESCE($4, ttl)"
 									  " WHERE id OPERATOR(pg_catalog.=) $1",
