@@ -335,6 +335,23 @@ le_wait_end(void)
 }
 
 /*
+ * Wake the waiters of `name` now, not at the end of the transaction: a
+ * waiter that leaves without the lease may have been the one the others
+ * stepped aside for (waiters.c).
+ */
+void
+le_wake_waiters_now(const char *name)
+{
+	int			slot;
+
+	if (le_wake == NULL)
+		return;
+	slot = le_slot_of(name);
+	pg_atomic_fetch_add_u64(&le_wake->slots[slot].broadcasts, 1);
+	ConditionVariableBroadcast(&le_wake->slots[slot].cv);
+}
+
+/*
  * How many sessions wait in wait_for_leadership() for `name` (or for a name
  * sharing its slot); -1 without shared memory.
  */
