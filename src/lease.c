@@ -495,8 +495,7 @@ le_try_acquire_from(const char *name, int64 ttl_usecs, const LeIdentity *who,
 		le_history_end(name, locked.term, ended_at, reason);
 	}
 	else
-		reason = reservation != LE_RESERVATION_NONE && handover.moved ?
-			LE_END_MOVED : LE_END_RELEASED;
+		reason = handover.moved ? LE_END_MOVED : LE_END_RELEASED;
 	le_store_take_over(name, who, locked.owner, locked.term, term, now,
 					   now + ttl_usecs);
 	le_history_begin(name, term, who, locked.owner, now);
