@@ -801,10 +801,11 @@ wait_for_leadership(PG_FUNCTION_ARGS)
 										"leader_election wait attempt",
 										ALLOCSET_SMALL_SIZES);
 
-	le_wait_begin(name);
 	PG_TRY();
 	{
+		/* Ranked (I10) before it counts in waiting_candidates. */
 		le_waiter_register(name, priority);
+		le_wait_begin(name);
 		for (;;)
 		{
 			TimestampTz retry_at;
