@@ -176,6 +176,35 @@ sub handover_ms
 	le_quit($h, values %w);
 }
 
+# ---- the update from 1.0 carries EXECUTE grants to the new signatures ----
+{
+	$node->safe_psql('postgres', q{CREATE DATABASE upg; CREATE ROLE upg_app LOGIN});
+	$node->safe_psql('upg', q{
+		CREATE EXTENSION leader_election VERSION '1.0';
+		GRANT EXECUTE ON FUNCTION try_acquire_leader(text, interval, text),
+			release_leader(text, text), wait_for_leadership(text, interval, interval, text),
+			current_leader(text) TO upg_app;
+		ALTER EXTENSION leader_election UPDATE;
+	});
+	is($node->safe_psql('upg', q{
+			SELECT string_agg(p.oid::regprocedure::text || '=' ||
+			                  has_function_privilege('upg_app', p.oid, 'EXECUTE'), ' '
+			                  ORDER BY p.proname)
+			  FROM pg_proc AS p
+			 WHERE p.proname IN ('release_leader', 'wait_for_leadership', 'current_leader',
+			                     'set_leader_info')}),
+		'current_leader(text)=true release_leader(text,text,text)=true '
+		  . 'set_leader_info(text,jsonb,text)=false '
+		  . 'wait_for_leadership(text,interval,interval,text,integer)=true',
+		'update: the grants of the replaced functions carry over, only to whom they were given');
+	is($node->safe_psql('upg', q{
+			SET ROLE upg_app;
+			SELECT try_acquire_leader('u', '1 hour', 'a')::text
+			       || (SELECT count(*) FROM current_leader('u'))
+			       || release_leader('u', 'a', 'b')::text}),
+		'true1true', 'update: the application role uses them');
+}
+
 diag(sprintf('latency %-24s %8.1f ms', $_, $latency{$_})) for sort keys %latency;
 
 $node->stop;
