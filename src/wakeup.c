@@ -6,7 +6,8 @@
  *
  * A lease becomes free in exactly four ways, and each wakes waiters:
  *	  expiry            the waiter sleeps until expires_at (no wake needed)
- *	  release           the releasing transaction ends     } broadcast after
+ *	  release (or a     the releasing transaction ends     } broadcast after
+ *	  hand-over, a move)
  *	  a writer / fence  the transaction holding it ends    } its locks are gone
  *	  holder session    the holder backend exits: an on_shmem_exit callback
  *	  exit              broadcasts after its locks have been released
@@ -17,6 +18,10 @@
  * absorbs.  A broadcast must come after the lock release that made the lease
  * free, or a woken waiter would find it still taken and sleep again: hence a
  * resource-release callback (after locks) rather than a commit callback.
+ *
+ * Besides these, a waiter that leaves without the lease wakes the name's
+ * other waiters at once (le_wake_waiters_now): it may have been the one the
+ * others stepped aside for (waiters.c, lease.c I10).
  *
  * Without preloading there is no shared memory: waiters then re-check every
  * LE_POLL_MS (a read of one index entry), documented in the README.
