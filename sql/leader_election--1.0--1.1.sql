@@ -381,16 +381,19 @@ REVOKE ALL ON FUNCTION leader_election.alter_task(text, pg_catalog.regprocedure,
 
 /*
  * What the leader of a term published (set_leader_info).  One row per name;
- * it belongs to the term `term` only: once the lease has another term or no
- * holder, the row is stale and nothing shows it (current_leader and the
- * leaders view join on the lease's current term).  So any change of holder
- * clears the info without a write.  Row-level security with no policy:
+ * it belongs to the term `term` (begun at acquired_at) only: once the lease
+ * has another term or no holder, the row is stale and nothing shows it
+ * (current_leader and the leaders view join on the lease's current term and
+ * its start, so a term number used again after the term counter was moved
+ * back does not bring old info back).  So any change of holder clears the
+ * info without a write.  Row-level security with no policy:
  * only the table owner reads it; everyone else sees a name's info through
  * current_leader and the view, with their checks.
  */
 CREATE TABLE leader_election.leader_info (
     name       text COLLATE "C" NOT NULL,
     term       bigint NOT NULL,
+    acquired_at timestamptz NOT NULL,
     info       jsonb NOT NULL,
     updated_at timestamptz NOT NULL,
     CONSTRAINT leader_info_pkey PRIMARY KEY (name)
@@ -403,14 +406,16 @@ ALTER TABLE leader_election.leader_info ENABLE ROW LEVEL SECURITY;
 /*
  * Reservations made by a hand-over (release_leader with a successor) or a
  * move (move_leader): while the lease still has the ended term `term`, no
- * holder, and reserved_until has not passed, only `successor` may take it,
- * or, without a successor (a move), anyone but `previous_holder`.
- * A later term makes the row stale.  Not dumped: it lasts one ttl.
+ * holder, the expiry ended_at the end gave it, and reserved_until has not
+ * passed, only `successor` may take it, or, without a successor (a move),
+ * anyone but `previous_holder`.  A later term makes the row stale.  Not
+ * dumped: it lasts one ttl.
  */
 CREATE TABLE leader_election.handovers (
     name            text COLLATE "C" NOT NULL,
     term            bigint NOT NULL,
     previous_holder text COLLATE "C" NOT NULL,
+    ended_at        timestamptz NOT NULL,
     successor       text COLLATE "C",
     reason          text NOT NULL,
     reserved_until  timestamptz NOT NULL,
@@ -559,6 +564,7 @@ SELECT l.name,
   LEFT JOIN leader_election.leader_info AS i
          ON i.name OPERATOR(pg_catalog.=) l.name
         AND i.term OPERATOR(pg_catalog.=) l.term
+        AND i.acquired_at OPERATOR(pg_catalog.=) l.acquired_at
         AND l.holder IS NOT NULL
  WHERE pg_catalog.pg_has_role(l.owner, 'USAGE');
 COMMENT ON VIEW leader_election.leaders IS

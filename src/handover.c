@@ -16,7 +16,10 @@
  *		- with a successor, only the successor may take the lease;
  *		- without one (a move only), anyone but T's holder may.
  *	  The first takeover gives the lease a new term, which makes the
- *	  reservation stale: it never needs to be deleted.
+ *	  reservation stale: it never needs to be deleted.  It is matched on
+ *	  the term and the expiry the end gave the lease (the instant of the
+ *	  end), so even a term number issued again after the term counter was
+ *	  moved back (which voids I2) does not find an old reservation.
  *
  * Only holderless leases can be reserved (a release or a move leaves no
  * holder), so an expired lease's takeover, the usual failover, never reads
@@ -73,6 +76,7 @@ le_handover_reserve(const char *name, const LeaseRow *ended,
 	h.previous_holder = ended->holder;
 	h.successor = (char *) successor;
 	h.moved = moved;
+	h.ended_at = now;			/* le_store_release set expires_at to it */
 	h.reserved_until = now + ttl;
 	le_store_set_handover(name, &h);
 }
@@ -90,7 +94,7 @@ le_handover_check(const char *name, const LeaseRow *row,
 	memset(h, 0, sizeof(LeHandover));
 	if (!row->found || row->holder != NULL)
 		return LE_RESERVATION_NONE;
-	if (!le_store_read_handover(name, row->term, h))
+	if (!le_store_read_handover(name, row->term, row->expires_at, h))
 		return LE_RESERVATION_NONE;
 	if (now >= h->reserved_until)
 		return LE_RESERVATION_NONE;

@@ -124,6 +124,7 @@ typedef struct LeHandover
 	char	   *previous_holder;	/* who held that term */
 	char	   *successor;		/* only this holder may take it, or NULL */
 	bool		moved;			/* a move (else a hand-over) */
+	TimestampTz ended_at;		/* the expiry the end gave the lease */
 	TimestampTz reserved_until;
 } LeHandover;
 
@@ -180,11 +181,14 @@ extern void le_history_begin(const char *name, int64 term,
 							 TimestampTz at);
 extern void le_history_end(const char *name, int64 term, TimestampTz at,
 						   LeEndReason reason);
-extern void le_store_set_info(const char *name, int64 term, Datum info,
-							  bool clear, TimestampTz now);
-extern char *le_store_read_info(const char *name, int64 term);
+extern void le_store_set_info(const char *name, int64 term,
+							  TimestampTz acquired_at, Datum info, bool clear,
+							  TimestampTz now);
+extern char *le_store_read_info(const char *name, int64 term,
+								TimestampTz acquired_at);
 extern void le_store_set_handover(const char *name, const LeHandover *h);
-extern bool le_store_read_handover(const char *name, int64 term, LeHandover *h);
+extern bool le_store_read_handover(const char *name, int64 term,
+								   TimestampTz ended_at, LeHandover *h);
 
 /* terms.c */
 extern int64 le_next_term(const char *name, int64 old_term);

@@ -8,9 +8,10 @@
  * address, version, ...) that observers read with current_leader(), the
  * view leader_election.leaders and the NOTIFY event "info".  The document
  * belongs to the term it was set in (I11 in lease.c): it is stored with that
- * term (lease_store.c, table leader_election.leader_info) and shown only
- * while the lease still has that term and a holder, so any change of
- * holder clears it without anything written.
+ * term and the term's start (lease_store.c, table
+ * leader_election.leader_info) and shown only while the lease still has
+ * that term and a holder, so any change of holder clears it without
+ * anything written.
  *
  * Its text form may have at most LE_MAX_INFO_BYTES bytes (54000 beyond):
  * the NOTIFY payload that carries it must stay under NOTIFY's 8000 bytes,
@@ -43,7 +44,7 @@ le_leader_info(const char *name, const LeaseRow *row)
 {
 	if (!row->found || row->holder == NULL)
 		return NULL;
-	return le_store_read_info(name, row->term);
+	return le_store_read_info(name, row->term, row->acquired_at);
 }
 
 /*
@@ -94,7 +95,8 @@ set_leader_info(PG_FUNCTION_ARGS)
 		le_unlock_name_writer(name);
 		PG_RETURN_BOOL(false);
 	}
-	le_store_set_info(name, row.term, PointerGetDatum(info), info == NULL, now);
+	le_store_set_info(name, row.term, row.acquired_at, PointerGetDatum(info),
+					  info == NULL, now);
 	le_notify(name, "info", who.holder, row.term, "none", text, NULL);
 	/* Like every write under the writer lock: no PREPARE (wakeup.c). */
 	le_xact_touched(name);

@@ -681,11 +681,12 @@ static const LeStmtDef le_stmts[STMT_COUNT] = {
 		1, {INT8OID}
 	},
 	[STMT_INFO_SET] = {
-		"INSERT INTO leader_election.leader_info AS i (name, term, info, updated_at) "
-		"VALUES ($1, $2, $3, $4) ON CONFLICT ON CONSTRAINT leader_info_pkey "
+		"INSERT INTO leader_election.leader_info AS i "
+		"(name, term, info, updated_at, acquired_at) "
+		"VALUES ($1, $2, $3, $4, $5) ON CONFLICT ON CONSTRAINT leader_info_pkey "
 		"DO UPDATE SET term = EXCLUDED.term, info = EXCLUDED.info, "
-		"updated_at = EXCLUDED.updated_at",
-		4, {TEXTOID, INT8OID, JSONBOID, TIMESTAMPTZOID}
+		"updated_at = EXCLUDED.updated_at, acquired_at = EXCLUDED.acquired_at",
+		5, {TEXTOID, INT8OID, JSONBOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
 	},
 	[STMT_INFO_CLEAR] = {
 		"DELETE FROM leader_election.leader_info WHERE name OPERATOR(pg_catalog.=) $1",
@@ -693,23 +694,25 @@ static const LeStmtDef le_stmts[STMT_COUNT] = {
 	},
 	[STMT_INFO_READ] = {
 		"SELECT info FROM leader_election.leader_info "
-		"WHERE name OPERATOR(pg_catalog.=) $1 AND term OPERATOR(pg_catalog.=) $2",
-		2, {TEXTOID, INT8OID}
+		"WHERE name OPERATOR(pg_catalog.=) $1 AND term OPERATOR(pg_catalog.=) $2 "
+		"AND acquired_at OPERATOR(pg_catalog.=) $3",
+		3, {TEXTOID, INT8OID, TIMESTAMPTZOID}
 	},
 	[STMT_HANDOVER_SET] = {
 		"INSERT INTO leader_election.handovers AS h "
-		"(name, term, previous_holder, successor, reason, reserved_until) "
-		"VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT ON CONSTRAINT handovers_pkey "
+		"(name, term, previous_holder, successor, reason, reserved_until, ended_at) "
+		"VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT ON CONSTRAINT handovers_pkey "
 		"DO UPDATE SET term = EXCLUDED.term, previous_holder = EXCLUDED.previous_holder, "
 		"successor = EXCLUDED.successor, reason = EXCLUDED.reason, "
-		"reserved_until = EXCLUDED.reserved_until",
-		6, {TEXTOID, INT8OID, TEXTOID, TEXTOID, TEXTOID, TIMESTAMPTZOID}
+		"reserved_until = EXCLUDED.reserved_until, ended_at = EXCLUDED.ended_at",
+		7, {TEXTOID, INT8OID, TEXTOID, TEXTOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
 	},
 	[STMT_HANDOVER_READ] = {
 		"SELECT previous_holder, successor, reason, reserved_until "
 		"FROM leader_election.handovers "
-		"WHERE name OPERATOR(pg_catalog.=) $1 AND term OPERATOR(pg_catalog.=) $2",
-		2, {TEXTOID, INT8OID}
+		"WHERE name OPERATOR(pg_catalog.=) $1 AND term OPERATOR(pg_catalog.=) $2 "
+		"AND ended_at OPERATOR(pg_catalog.=) $3",
+		3, {TEXTOID, INT8OID, TIMESTAMPTZOID}
 	},
 	[STMT_HISTORY_END] = {
 		"UPDATE leader_election.history SET ended_at = $3, end_reason = $4 "
@@ -1402,33 +1405,38 @@ le_store_require_issue_15(void)
 				 errhint("Run ALTER EXTENSION leader_election UPDATE;")));
 }
 
-/* Set the info (a jsonb) of term `term` of name, or clear it. */
+/*
+ * Set the info (a jsonb) of term `term` of name, begun at acquired_at, or
+ * clear it.
+ */
 void
-le_store_set_info(const char *name, int64 term, Datum info, bool clear,
-				  TimestampTz now)
+le_store_set_info(const char *name, int64 term, TimestampTz acquired_at,
+				  Datum info, bool clear, TimestampTz now)
 {
 	LeSpiCall	call;
-	Datum		v[4];
+	Datum		v[5];
 
 	le_store_require_issue_15();
 	v[0] = CStringGetTextDatum(name);
 	v[1] = Int64GetDatum(term);
 	v[2] = info;
 	v[3] = TimestampTzGetDatum(now);
+	v[4] = TimestampTzGetDatum(acquired_at);
 	le_spi_begin(&call);
 	le_spi_run(clear ? STMT_INFO_CLEAR : STMT_INFO_SET, v, NULL, false);
 	le_spi_end(&call);
 }
 
 /*
- * The info published in term `term` of name as committed at this instant,
- * as text, or NULL; NULL too before the 1.1 update.
+ * The info published in term `term` of name, begun at acquired_at, as
+ * committed at this instant, as text, or NULL; NULL too before the 1.1
+ * update.
  */
 char *
-le_store_read_info(const char *name, int64 term)
+le_store_read_info(const char *name, int64 term, TimestampTz acquired_at)
 {
 	LeSpiCall	call;
-	Datum		v[2];
+	Datum		v[3];
 	char	   *info = NULL;
 
 	le_store_load_rels();
@@ -1436,6 +1444,7 @@ le_store_read_info(const char *name, int64 term)
 		return NULL;
 	v[0] = CStringGetTextDatum(name);
 	v[1] = Int64GetDatum(term);
+	v[2] = TimestampTzGetDatum(acquired_at);
 	le_spi_begin(&call);
 	le_spi_read_fresh(STMT_INFO_READ, v, NULL);
 	if (SPI_processed == 1)
@@ -1455,8 +1464,8 @@ void
 le_store_set_handover(const char *name, const LeHandover *h)
 {
 	LeSpiCall	call;
-	Datum		v[6];
-	char		n[7] = "      ";
+	Datum		v[7];
+	char		n[8] = "       ";
 
 	le_store_require_issue_15();
 	v[0] = CStringGetTextDatum(name);
@@ -1471,20 +1480,23 @@ le_store_set_handover(const char *name, const LeHandover *h)
 	}
 	v[4] = CStringGetTextDatum(h->moved ? "moved" : "handed_over");
 	v[5] = TimestampTzGetDatum(h->reserved_until);
+	v[6] = TimestampTzGetDatum(h->ended_at);
 	le_spi_begin(&call);
 	le_spi_run(STMT_HANDOVER_SET, v, n, false);
 	le_spi_end(&call);
 }
 
 /*
- * The reservation made when term `term` of name ended, as committed at this
- * instant; false if there is none (or no table before the 1.1 update).
+ * The reservation made when term `term` of name ended at ended_at (the
+ * expiry the end gave the lease), as committed at this instant; false if
+ * there is none (or no table before the 1.1 update).
  */
 bool
-le_store_read_handover(const char *name, int64 term, LeHandover *h)
+le_store_read_handover(const char *name, int64 term, TimestampTz ended_at,
+					   LeHandover *h)
 {
 	LeSpiCall	call;
-	Datum		v[2];
+	Datum		v[3];
 	bool		found = false;
 
 	le_store_load_rels();
@@ -1492,6 +1504,7 @@ le_store_read_handover(const char *name, int64 term, LeHandover *h)
 		return false;
 	v[0] = CStringGetTextDatum(name);
 	v[1] = Int64GetDatum(term);
+	v[2] = TimestampTzGetDatum(ended_at);
 	le_spi_begin(&call);
 	le_spi_read_fresh(STMT_HANDOVER_READ, v, NULL);
 	if (SPI_processed == 1)
@@ -1503,6 +1516,7 @@ le_store_read_handover(const char *name, int64 term, LeHandover *h)
 		bool		isnull;
 
 		h->term = term;
+		h->ended_at = ended_at;
 		h->previous_holder = SPI_getvalue(tup, desc, 1);
 		h->successor = SPI_getvalue(tup, desc, 2);
 		h->moved = reason != NULL && strcmp(reason, "moved") == 0;
