@@ -200,3 +200,22 @@ SELECT try_acquire_leader('ev', '1 minute', 'host-a') AS acquired;
 SELECT set_leader_info('ev', '{}', 'host-b') AS not_holder;
 \o
 UNLISTEN leader_election;
+
+--
+-- Info and reservations are matched on the term and its start (info) or
+-- the instant it ended (reservations): after the term counter was moved
+-- back (which voids the terms guarantee, as tests do), a term number
+-- issued again does not bring back old info or an old reservation.
+--
+SELECT try_acquire_leader('reuse', '1 minute', 'h') AS acquired;
+SELECT set_leader_info('reuse', '{"old": true}', 'h') AS published;
+SELECT release_leader('reuse', 'h', 'succ') AS handed_over;
+SELECT term AS reused_term FROM leader_election.leases WHERE name = 'reuse' \gset
+TRUNCATE leader_election.leases, leader_election.history;
+SELECT setval('leader_election.terms', :reused_term - 1, :reused_term > 1) IS NOT NULL AS moved_back;
+SELECT try_acquire_leader('reuse', '1 minute', 'h') AS acquired_again;
+SELECT term = :reused_term AS same_term_number, info IS NULL AS no_old_info
+  FROM current_leader('reuse');
+SELECT release_leader('reuse', 'h') AS released;
+SELECT term = :reused_term AS same_term_number FROM leader_election.leases WHERE name = 'reuse';
+SELECT try_acquire_leader('reuse', '1 minute', 'other') AS other_not_barred;
