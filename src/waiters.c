@@ -33,6 +33,7 @@
  */
 #include "postgres.h"
 
+#include "common/hashfn.h"
 #include "miscadmin.h"
 #include "postmaster/bgworker.h"
 #include "storage/ipc.h"
@@ -47,6 +48,7 @@ typedef struct LeWaiter
 	Oid			dbid;
 	int32		priority;
 	uint64		ticket;			/* lower: waiting longer */
+	uint32		name_hash;		/* compared before the name */
 	char		name[LE_MAX_NAME_BYTES + 1];
 } LeWaiter;
 
@@ -130,6 +132,7 @@ le_waiter_register(const char *name, int32 priority)
 		w->dbid = MyDatabaseId;
 		w->priority = priority;
 		w->ticket = le_waiters->next_ticket++;
+		w->name_hash = hash_bytes((const unsigned char *) name, strlen(name));
 		strlcpy(w->name, name, sizeof(w->name));
 		le_my_entry = i;
 		break;
@@ -159,8 +162,8 @@ le_waiter_unregister(bool acquired)
 		{
 			LeWaiter   *w = &le_waiters->entries[i];
 
-			if (w->pid != 0 && w->dbid == MyDatabaseId &&
-				strcmp(w->name, name) == 0)
+			if (w->pid != 0 && w->name_hash == me->name_hash &&
+				w->dbid == MyDatabaseId && strcmp(w->name, name) == 0)
 			{
 				others = true;
 				break;
@@ -176,6 +179,12 @@ le_waiter_unregister(bool acquired)
 /*
  * Is this backend waiting for `name` behind another waiter (I10)?  False
  * for a backend that is not waiting (try_acquire_leader, the task runner).
+ *
+ * A waiter is counted in its wakeup slot (wakeup.c) only after it has
+ * registered here, so while the slot counts this backend alone no other
+ * waiter of the name can be registered (except one arriving right now, no
+ * different from one arriving a moment later): the usual case of a single
+ * waiter takes no lock.
  */
 bool
 le_waiter_outranked(const char *name)
@@ -183,6 +192,8 @@ le_waiter_outranked(const char *name)
 	bool		outranked = false;
 
 	if (le_waiters == NULL || le_my_entry < 0)
+		return false;
+	if (le_waiting_candidates(name) <= 1)
 		return false;
 	SpinLockAcquire(&le_waiters->mutex);
 	{
@@ -195,6 +206,7 @@ le_waiter_outranked(const char *name)
 				LeWaiter   *w = &le_waiters->entries[i];
 
 				if (i == le_my_entry || w->pid == 0 ||
+					w->name_hash != me->name_hash ||
 					w->dbid != me->dbid || strcmp(w->name, name) != 0)
 					continue;
 				if (w->priority > me->priority ||
