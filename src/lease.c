@@ -57,10 +57,13 @@
  *
  * I7  A losing try never waits: an answer of "no" (a valid lease held by
  *     someone else) takes no lock and writes nothing.  Waits happen only
- *     where the caller has a claim: release_leader and the valid holder's
- *     renewal wait for the name's writer lock (held by a sibling renewing
- *     under the same holder, or by a candidate for an instant), and a role's
- *     first uses of new names take turns while max_names_per_role is set.
+ *     where the caller has a claim: release_leader, set_leader_info,
+ *     move_leader and the valid holder's renewal wait for the name's writer
+ *     lock (held by a sibling renewing under the same holder, or by a
+ *     candidate for an instant), so does a waiting successor the lease is
+ *     reserved for (I9) while other waiters are ranked with it (I10), and a
+ *     role's first uses of new names take turns while max_names_per_role is
+ *     set.
  *
  * I8  A name belongs to the role that first used it; other roles (unless
  *     members of it, or superusers) get 42501 on every function, before
@@ -360,6 +363,7 @@ le_try_acquire_from(const char *name, int64 ttl_usecs, const LeIdentity *who,
 	LeEndReason reason;
 	int64		term;
 	bool		renewing;
+	bool		claim;
 	LeHandover	handover;
 	LeReservation reservation;
 
@@ -379,9 +383,13 @@ le_try_acquire_from(const char *name, int64 ttl_usecs, const LeIdentity *who,
 	 * A waiter another waiter outranks steps aside before taking any lock
 	 * (I10), unless the lease is reserved for it (I9 comes first).
 	 */
-	if (!le_is_mine(&row, who) && le_waiter_outranked(name) &&
-		le_handover_check(name, &row, who, now, &handover) != LE_RESERVATION_FOR_ME)
-		return false;
+	claim = renewing;
+	if (!le_is_mine(&row, who) && le_waiter_outranked(name))
+	{
+		if (le_handover_check(name, &row, who, now, &handover) != LE_RESERVATION_FOR_ME)
+			return false;
+		claim = true;			/* the successor has a claim, as a holder has */
+	}
 
 	/*
 	 * Something to write: take the writer lock (I1).  The valid holder waits
@@ -391,7 +399,7 @@ le_try_acquire_from(const char *name, int64 ttl_usecs, const LeIdentity *who,
 	 * finds it busy may retry soon: the other may be a try that writes
 	 * nothing (a barred or outranked one), whose end wakes nobody.
 	 */
-	if (!le_lock_writer(name, renewing))
+	if (!le_lock_writer(name, claim))
 	{
 		*retry_at = GetCurrentTimestamp() + LE_BUSY_RETRY_USECS;
 		return false;
