@@ -751,11 +751,10 @@ le_spi_end(LeSpiCall *call)
 	SPI_finish();
 }
 
-static int
-le_spi_run(LeStmt stmt, Datum *values, const char *nulls, bool read_only)
+/* The statement's kept plan, prepared on first use. */
+static SPIPlanPtr
+le_spi_plan(LeStmt stmt)
 {
-	int			rc;
-
 	if (le_plans[stmt] == NULL)
 	{
 		SPIPlanPtr	plan = SPI_prepare(le_stmts[stmt].sql, le_stmts[stmt].nargs,
@@ -768,6 +767,15 @@ le_spi_run(LeStmt stmt, Datum *values, const char *nulls, bool read_only)
 			elog(ERROR, "SPI_keepplan failed");
 		le_plans[stmt] = plan;
 	}
+	return le_plans[stmt];
+}
+
+static int
+le_spi_run(LeStmt stmt, Datum *values, const char *nulls, bool read_only)
+{
+	int			rc;
+
+	(void) le_spi_plan(stmt);
 	if (!read_only)
 		le_cache_own_write_begin();
 	rc = SPI_execute_plan(le_plans[stmt], values, nulls, read_only, 0);
@@ -788,9 +796,7 @@ le_spi_read_fresh(LeStmt stmt, Datum *values, const char *nulls)
 {
 	int			rc;
 
-	if (le_plans[stmt] == NULL)
-		(void) le_spi_run(stmt, values, nulls, true);	/* prepares it */
-	rc = SPI_execute_snapshot(le_plans[stmt], values, nulls,
+	rc = SPI_execute_snapshot(le_spi_plan(stmt), values, nulls,
 							  GetLatestSnapshot(), InvalidSnapshot,
 							  true, false, 0);
 	if (rc != SPI_OK_SELECT)
