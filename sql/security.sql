@@ -32,7 +32,7 @@ CREATE ROLE regress_le_reader;
 GRANT pg_read_all_data TO regress_le_reader;
 -- Exactly the README's grants.
 GRANT EXECUTE ON FUNCTION try_acquire_leader(text, interval, text), am_leader(text, text),
-      release_leader(text, text), wait_for_leadership(text, interval, interval, text),
+      release_leader(text, text, text), wait_for_leadership(text, interval, interval, text, integer),
       leader_term(text, text), assert_leader(text, bigint, text), current_leader(text)
    TO regress_le_victim, regress_le_mallory;
 GRANT USAGE ON SCHEMA leader_election TO regress_le_victim, regress_le_mallory;
@@ -267,7 +267,7 @@ REVOKE ALL ON FUNCTION leader_election.assign_name(text, regrole),
    FROM regress_le_name_admin;
 REVOKE ALL ON SCHEMA leader_election FROM regress_le_victim, regress_le_mallory;
 REVOKE ALL ON FUNCTION try_acquire_leader(text, interval, text), am_leader(text, text),
-      release_leader(text, text), wait_for_leadership(text, interval, interval, text),
+      release_leader(text, text, text), wait_for_leadership(text, interval, interval, text, integer),
       leader_term(text, text), assert_leader(text, bigint, text), current_leader(text)
    FROM regress_le_victim, regress_le_mallory;
 DROP ROLE regress_le_victim, regress_le_mallory, regress_le_name_admin, regress_le_reader;

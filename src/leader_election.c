@@ -109,6 +109,7 @@ le_shmem_request(void)
 #endif
 	RequestAddinShmemSpace(le_wakeup_shmem_size());
 	RequestAddinShmemSpace(le_cache_shmem_size());
+	RequestAddinShmemSpace(le_waiters_shmem_size());
 	RequestAddinShmemSpace(le_task_shmem_size());
 }
 
@@ -119,6 +120,7 @@ le_shmem_startup(void)
 		prev_shmem_startup_hook();
 	le_wakeup_shmem_init();
 	le_cache_shmem_init();
+	le_waiters_shmem_init();
 	le_task_shmem_init();
 }
 

@@ -16,6 +16,9 @@
  *	  name_admin.c       the administrator's functions for names (C half)
  *	  role_guard.c       DROP ROLE refuses roles that own names or tasks
  *	  wakeup.c           waking waiters; per-transaction bookkeeping
+ *	  waiters.c          the waiting candidates of each name, with their priorities
+ *	  leader_info.c      what a leader publishes about itself (set_leader_info)
+ *	  handover.c         reservations made by a hand-over or a move
  *	  task_registry.c    the task runner: registering tasks and their checks
  *	  task_launcher.c    the task runner: launcher, settings, shared memory
  *	  task_worker.c      the task runner: one task's worker
@@ -107,8 +110,26 @@ typedef enum LeEndReason
 {
 	LE_END_RELEASED,
 	LE_END_EXPIRED,
-	LE_END_SESSION_ENDED
+	LE_END_SESSION_ENDED,
+	LE_END_MOVED
 } LeEndReason;
+
+/*
+ * The reservation a hand-over (release_leader with a successor) or a move
+ * (move_leader) leaves on the ended term; rules in handover.c.
+ */
+typedef struct LeHandover
+{
+	int64		term;			/* the ended term it belongs to */
+	char	   *previous_holder;	/* who held that term */
+	char	   *successor;		/* only this holder may take it, or NULL */
+	bool		moved;			/* a move (else a hand-over) */
+	TimestampTz ended_at;		/* the expiry the end gave the lease */
+	TimestampTz reserved_until;
+} LeHandover;
+
+/* Most bytes of the text form of a leader's info (leader_info.c). */
+#define LE_MAX_INFO_BYTES		4096
 
 /* settings (leader_election.c) */
 extern char *le_holder_id_setting;
@@ -161,6 +182,14 @@ extern void le_history_begin(const char *name, int64 term,
 							 TimestampTz at);
 extern void le_history_end(const char *name, int64 term, TimestampTz at,
 						   LeEndReason reason);
+extern void le_store_set_info(const char *name, int64 term,
+							  TimestampTz acquired_at, Datum info, bool clear,
+							  TimestampTz now);
+extern char *le_store_read_info(const char *name, int64 term,
+								TimestampTz acquired_at);
+extern void le_store_set_handover(const char *name, const LeHandover *h);
+extern bool le_store_read_handover(const char *name, int64 term,
+								   TimestampTz ended_at, LeHandover *h);
 
 /* terms.c */
 extern int64 le_next_term(const char *name, int64 old_term);
@@ -190,6 +219,38 @@ extern bool le_try_acquire_in_statement(const char *name, int64 ttl_usecs,
 										const LeIdentity *who);
 extern bool le_release_term(const char *name, const LeIdentity *who,
 							int64 term);
+extern void le_notify(const char *name, const char *event, const char *holder,
+					  int64 term, const char *reason, const char *info,
+					  const char *successor);
+extern void le_check_owner(const char *name, const LeaseRow *row);
+extern void le_unlock_name_writer(const char *name);
+extern bool le_holds_valid_lease(const LeaseRow *row, const LeIdentity *who,
+								 TimestampTz now);
+
+/* leader_info.c */
+extern char *le_leader_info(const char *name, const LeaseRow *row);
+
+/* handover.c */
+extern void le_handover_reserve(const char *name, const LeaseRow *ended,
+								const char *successor, bool moved,
+								TimestampTz now);
+typedef enum LeReservation
+{
+	LE_RESERVATION_NONE,		/* none in force: anyone may take the lease */
+	LE_RESERVATION_FOR_ME,		/* in force, and the caller is the successor */
+	LE_RESERVATION_BARS_ME		/* in force, and the caller may not take it */
+} LeReservation;
+extern LeReservation le_handover_check(const char *name, const LeaseRow *row,
+									   const LeIdentity *who, TimestampTz now,
+									   LeHandover *h);
+extern char *le_checked_optional_successor(FunctionCallInfo fcinfo, int argno);
+
+/* waiters.c */
+extern Size le_waiters_shmem_size(void);
+extern void le_waiters_shmem_init(void);
+extern void le_waiter_register(const char *name, int32 priority);
+extern void le_waiter_unregister(bool acquired);
+extern bool le_waiter_outranked(const char *name);
 
 /* commit_rules.c */
 extern void le_commit_note_write(const char *name, TimestampTz expires_at);
@@ -210,6 +271,7 @@ extern void le_wait_attempt(void);
 extern void le_wait_sleep(TimestampTz until);
 extern void le_wait_end(void);
 extern int32 le_waiting_candidates(const char *name);
+extern void le_wake_waiters_now(const char *name);
 
 /* role_guard.c */
 extern void le_role_guard_install(void);
