@@ -389,7 +389,7 @@ CREATE FUNCTION leader_election.stats_read(
         OUT stats_reset timestamptz)
     RETURNS SETOF record
     AS 'MODULE_PATHNAME', 'le_stats_read'
-    LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
+    LANGUAGE C VOLATILE PARALLEL UNSAFE;
 COMMENT ON FUNCTION leader_election.stats_read() IS
     'The counters of every database that counted something since the server started (the view leader_election.stats)';
 REVOKE ALL ON FUNCTION leader_election.stats_read() FROM PUBLIC;
@@ -404,7 +404,7 @@ CREATE VIEW leader_election.stats AS
       LEFT JOIN pg_catalog.pg_database AS d
         ON d.oid OPERATOR(pg_catalog.=) s.datid;
 COMMENT ON VIEW leader_election.stats IS
-    'Counters of leader election per database since the last reset (outcomes counted at commit, events at the end of the transaction); empty without shared_preload_libraries';
+    'Counters of leader election per database since the last reset (outcomes counted at commit, events when they happen); empty without shared_preload_libraries';
 REVOKE ALL ON leader_election.stats FROM PUBLIC;
 GRANT SELECT ON leader_election.stats TO pg_monitor;
 

@@ -1,8 +1,9 @@
 --
 -- stats: the counters of leader_election.stats (src/stats.c): outcomes
 -- count at commit and not after a rollback (of the transaction or of a
--- savepoint), events count either way; stats_reset(); who may read and
--- reset.  The dev and test clusters preload the library.
+-- savepoint), events count when they happen, rollback or not;
+-- stats_reset(); who may read and reset.  The dev and test clusters
+-- preload the library.
 --
 
 TRUNCATE leader_election.leases, leader_election.history;

@@ -212,8 +212,9 @@ extern int32 le_waiting_candidates(const char *name);
 
 /*
  * stats.c: what is counted.  Outcomes (up to LE_STAT_MOVES) count at commit,
- * events when the transaction ends either way; the order is the view's
- * column order.
+ * events when they happen; the order is the view's column order.
+ * LE_STAT_MOVES is for move_leader: le_stats_count(LE_STAT_MOVES) where the
+ * move is written.
  */
 typedef enum LeStat
 {

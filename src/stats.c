@@ -17,18 +17,20 @@
  *
  *	  Events -- losing_tries, fence_rejections, waits, wakeups -- are things
  *	  that happened whatever the transaction does next (a fence rejection
- *	  always aborts it).  They are counted when the transaction ends, commit
- *	  or abort.  losing_tries counts every attempt that answered false
+ *	  always aborts it).  They are counted when they happen, so a wait in
+ *	  progress already shows.  losing_tries counts every attempt that answered false
  *	  (try_acquire_leader, each attempt of wait_for_leadership, the task
  *	  runner's campaigns); waits counts wait_for_leadership calls that had to
  *	  sleep; wakeups counts their sleeps ended by a broadcast (a release, a
  *	  writer or fence ending, a holder's session exiting).
  *
- * COST.  Counting adds to a backend-local array; at the end of a
- * transaction that counted anything the totals are added with one atomic
- * add per non-zero counter to the database's slot in shared memory.  No
- * lock is taken on the lease paths (a spinlock only the first time a
- * backend counts, to find its database's slot).
+ * COST.  An outcome adds to a backend-local array; at the commit of a
+ * transaction that counted any, the totals are added with one atomic add
+ * per non-zero counter to the database's slot in shared memory.  An event
+ * is one atomic add at once (a losing try is normally a transaction of its
+ * own, so batching it would save nothing).  No lock is taken on the lease
+ * paths (a spinlock only the first time a backend counts, to find its
+ * database's slot).
  *
  * SHARED MEMORY.  LE_STATS_DATABASES slots, one per database that counted
  * something since the server started; a database beyond that many is not
@@ -77,10 +79,6 @@ static LeStatsShared *le_stats = NULL;
 /* This backend's database's slot; NULL until first needed or if full. */
 static LeStatsDb *le_stats_mine = NULL;
 static bool le_stats_no_slot = false;
-
-/* Events counted in this transaction. */
-static uint64 le_stats_events[LE_STAT_COUNT];
-static bool le_stats_any_event = false;
 
 /*
  * Outcomes counted in this transaction and not rolled back, one frame per
@@ -163,8 +161,10 @@ le_stats_count(LeStat kind)
 		return;
 	if (!le_stat_is_outcome(kind))
 	{
-		le_stats_events[kind]++;
-		le_stats_any_event = true;
+		LeStatsDb  *slot = le_stats_slot();
+
+		if (slot != NULL)
+			pg_atomic_fetch_add_u64(&slot->counters[kind], 1);
 		return;
 	}
 	level = GetCurrentTransactionNestLevel();
@@ -202,12 +202,6 @@ le_stats_xact_end(bool committed)
 		foreach(lc, le_stats_frames)
 			le_stats_add(((LeStatsFrame *) lfirst(lc))->counts);
 	le_stats_frames = NIL;		/* freed with TopTransactionContext */
-	if (le_stats_any_event)
-	{
-		le_stats_add(le_stats_events);
-		memset(le_stats_events, 0, sizeof(le_stats_events));
-		le_stats_any_event = false;
-	}
 }
 
 static void
