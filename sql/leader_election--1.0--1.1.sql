@@ -395,7 +395,7 @@ COMMENT ON FUNCTION leader_election.stats_read() IS
 REVOKE ALL ON FUNCTION leader_election.stats_read() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION leader_election.stats_read() TO pg_monitor;
 
-CREATE VIEW leader_election.stats AS
+CREATE VIEW leader_election.stats WITH (security_barrier) AS
     SELECT s.datid, d.datname, s.grants, s.renewals, s.releases,
            s.takeovers_expired, s.takeovers_session_ended, s.moves,
            s.losing_tries, s.fence_rejections, s.waits, s.wakeups,
