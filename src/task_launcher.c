@@ -389,11 +389,16 @@ le_stop_slot(int i)
 		TerminateBackgroundWorker(le_launcher_slots[i].handle);
 }
 
-/*
- * Start a worker for t in slot i; false if the slot was taken meanwhile or
- * no background worker was free.
- */
-static bool
+/* Outcome of le_start_worker(). */
+typedef enum LeStart
+{
+	LE_START_OK,
+	LE_START_SLOT_TAKEN,		/* another database's launcher claimed it */
+	LE_START_NO_BGWORKER		/* no background worker was free */
+} LeStart;
+
+/* Start a worker for t in slot i. */
+static LeStart
 le_start_worker(const LeTask *t, int i)
 {
 	BackgroundWorker worker;
@@ -408,7 +413,7 @@ le_start_worker(const LeTask *t, int i)
 	if (slot->in_use)
 	{
 		SpinLockRelease(&slot->mutex);
-		return false;
+		return LE_START_SLOT_TAKEN;
 	}
 	slot->in_use = true;
 	slot->launcher = le_me;
@@ -440,13 +445,13 @@ le_start_worker(const LeTask *t, int i)
 	if (!started)
 	{
 		le_free_slot(i);
-		return false;
+		return LE_START_NO_BGWORKER;
 	}
 	le_launcher_slots[i].handle = handle;
 	le_launcher_slots[i].name = MemoryContextStrdup(TopMemoryContext, t->name);
 	le_launcher_slots[i].started = GetCurrentTimestamp();
 	le_launcher_slots[i].last_renewal = 0;
-	return true;
+	return LE_START_OK;
 }
 
 /*
@@ -689,16 +694,22 @@ le_launcher_scan(MemoryContext cxt)
 				le_info_state(info, psprintf("waiting for a task worker slot (leader_election.max_task_workers = %d)",
 											 le_max_task_workers),
 							  "Every task worker slot is in use; raise leader_election.max_task_workers.");
-			else if (bgworkers_full || !le_start_worker(t, free_slot))
-			{
-				/* (or another database's launcher just took the slot) */
-				bgworkers_full = true;
-				le_info_state(info, "waiting for a background worker (max_worker_processes)",
-							  psprintf("Every one of the max_worker_processes (%d) background workers is in use; raise it.",
-									   max_worker_processes));
-			}
 			else
-				le_info_state(info, "worker started", NULL);
+			{
+				LeStart		started = bgworkers_full ? LE_START_NO_BGWORKER :
+					le_start_worker(t, free_slot);
+
+				if (started == LE_START_OK)
+					le_info_state(info, "worker started", NULL);
+				else if (started == LE_START_NO_BGWORKER)
+				{
+					bgworkers_full = true;
+					le_info_state(info, "waiting for a background worker (max_worker_processes)",
+								  psprintf("Every one of the max_worker_processes (%d) background workers is in use; raise it.",
+										   max_worker_processes));
+				}
+				/* LE_START_SLOT_TAKEN: look again at the next scan */
+			}
 		}
 
 		/* Show the states; forget tasks that are no longer enabled. */

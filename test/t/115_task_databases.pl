@@ -1,4 +1,4 @@
-# 113_task_databases.pl: the task runner in several databases (issue 15;
+# 115_task_databases.pl: the task runner in several databases (issue 15;
 # task_runner.h, "Databases").
 #
 # leader_election.database lists four databases: two with the extension and
