@@ -8,7 +8,7 @@
 # next scrapes show the new holder and term, and grants,
 # takeovers_session_ended, waits and wakeups moving.  A release leaves the
 # name with valid = 0 and no holder series: what the README's "no leader"
-# alert looks at.
+# alert looks at.  Last, without preloading, the view is empty.
 use strict;
 use warnings;
 use lib 'test/t';
@@ -141,5 +141,14 @@ is(counter($text, 'releases'), '1', 'stats: one release');
 
 le_quit($a, $b);
 $h->kill_kill;
+
+# Without preloading nothing is counted: the view is empty, stats_reset()
+# does nothing, and leases work as before.
+$node->append_conf('postgresql.conf', "shared_preload_libraries = ''\n");
+$node->restart;
+is($node->safe_psql('postgres', q{SELECT try_acquire_leader('np', '1 minute', 'h')
+	FROM leader_election.stats_reset()}), 't', 'without preloading: leases work, stats_reset() does nothing');
+is($node->safe_psql('postgres', 'SELECT count(*) FROM leader_election.stats'), '0',
+	'without preloading: the view is empty');
 $node->stop;
 done_testing();
