@@ -910,10 +910,10 @@ le_launcher_exit(int code, Datum arg)
 }
 
 /*
- * Before connecting: if the previous launchers could not connect (the
- * database named by leader_election.database is missing, or not accepting
- * connections), wait 1, 2, 4 ... 60 s, and say once what is wrong.  The
- * count is reset once a launcher has connected.
+ * Before connecting: if the previous launchers of this database could not
+ * connect (it is missing, or not accepting connections), wait 1, 2, 4 ...
+ * 60 s, and say once what is wrong.  The count, kept per listed database,
+ * is reset once a launcher has connected.
  */
 static void
 le_launcher_connect_backoff(void)
