@@ -20,7 +20,7 @@ LE_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 LE_PACKAGES=(make gcc libc6-dev
     "postgresql-$LE_PG_MAJOR" "postgresql-client-$LE_PG_MAJOR" "postgresql-server-dev-$LE_PG_MAJOR"
     libpq-dev libipc-run-perl libio-pty-perl
-    prometheus-postgres-exporter)   # test/t/120_postgres_exporter.pl
+    prometheus-postgres-exporter prometheus)   # test/t/120_postgres_exporter.pl (promtool)
 
 le_say() { printf '\033[1m==> %s\033[0m\n' "$*"; }
 

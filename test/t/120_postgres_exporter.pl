@@ -142,6 +142,21 @@ is(counter($text, 'releases'), '1', 'stats: one release');
 le_quit($a, $b);
 $h->kill_kill;
 
+# The README's alerts: test/metrics/alerts.yml, shown verbatim in the
+# README, fire when they should (promtool's unit tests, alerts_test.yml).
+my $metrics_dir = dirname($queries);
+my $alerts = slurp_file("$metrics_dir/alerts.yml");
+my $readme = slurp_file(dirname(__FILE__) . '/../../README.md');
+ok(index($readme, "```yaml\n$alerts```") >= 0, 'the README shows test/metrics/alerts.yml as it is');
+SKIP:
+{
+	skip 'promtool is not installed (apt-get install prometheus)', 1 unless -x '/usr/bin/promtool';
+	my ($pout, $perr) = ('', '');
+	my $ok = IPC::Run::run([ '/usr/bin/promtool', 'test', 'rules', 'alerts_test.yml' ],
+		'>', \$pout, '2>', \$perr, init => sub { chdir $metrics_dir or die $!; });
+	ok($ok, 'promtool test rules alerts_test.yml: the alerts fire when they should') or diag("$pout\n$perr");
+}
+
 # Without preloading nothing is counted: the view is empty, stats_reset()
 # does nothing, and leases work as before.
 $node->append_conf('postgresql.conf', "shared_preload_libraries = ''\n");
