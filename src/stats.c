@@ -18,11 +18,16 @@
  *	  Events -- losing_tries, fence_rejections, waits, wakeups -- are things
  *	  that happened whatever the transaction does next (a fence rejection
  *	  always aborts it).  They are counted when they happen, so a wait in
- *	  progress already shows.  losing_tries counts every attempt that answered false
- *	  (try_acquire_leader, each attempt of wait_for_leadership, the task
- *	  runner's campaigns); waits counts wait_for_leadership calls that had to
- *	  sleep; wakeups counts their sleeps ended by a broadcast (a release, a
- *	  writer or fence ending, a holder's session exiting).
+ *	  progress already shows.  losing_tries counts every attempt that
+ *	  answered false (try_acquire_leader, each attempt of
+ *	  wait_for_leadership, the task runner's campaigns); waits counts
+ *	  wait_for_leadership calls that had to sleep; wakeups counts their
+ *	  sleeps ended by a broadcast (a release, a writer or fence ending, a
+ *	  holder's session exiting).
+ *
+ *	  Only the C functions count: the name administrators' assign_name and
+ *	  release_name (SQL) do not.  move_leader counts a move by calling
+ *	  le_stats_count(LE_STAT_MOVES) where it writes one.
  *
  * COST.  An outcome adds to a backend-local array; at the commit of a
  * transaction that counted any, the totals are added with one atomic add
