@@ -43,6 +43,9 @@ my $h = IPC::Run::start(
 		  'postgresql://' . $user . '@127.0.0.1:' . $node->port . '/postgres?sslmode=disable';
 	});
 
+# However the test ends (a failed safe_psql dies), the exporter goes too.
+END { $h->kill_kill if $h && $h->pumpable; }
+
 my $http = HTTP::Tiny->new(timeout => 10);
 
 # The /metrics text, or '' if the exporter does not answer.
