@@ -584,6 +584,53 @@ COMMENT ON VIEW leader_election.leaders IS
 GRANT SELECT ON leader_election.leaders TO PUBLIC;
 
 -- ===================================================================
+-- Issue 15: counters (leader_election.stats)
+--
+-- Counters per database since the last reset, kept in shared memory
+-- (src/stats.c says what is counted and when).  Without
+-- shared_preload_libraries nothing is counted and the view is empty.
+-- Readable by superusers and pg_monitor (the counters sum every role's
+-- names, so they are not for PUBLIC); stats_reset() by superusers and roles
+-- granted EXECUTE on it.
+-- ===================================================================
+
+CREATE FUNCTION leader_election.stats_read(
+        OUT datid pg_catalog.oid,
+        OUT grants bigint, OUT renewals bigint, OUT releases bigint,
+        OUT takeovers_expired bigint, OUT takeovers_session_ended bigint,
+        OUT moves bigint, OUT losing_tries bigint, OUT fence_rejections bigint,
+        OUT waits bigint, OUT wakeups bigint,
+        OUT stats_reset timestamptz)
+    RETURNS SETOF record
+    AS 'MODULE_PATHNAME', 'le_stats_read'
+    LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION leader_election.stats_read() IS
+    'The counters of every database that counted something since the server started (the view leader_election.stats)';
+REVOKE ALL ON FUNCTION leader_election.stats_read() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION leader_election.stats_read() TO pg_monitor;
+
+CREATE VIEW leader_election.stats WITH (security_barrier) AS
+    SELECT s.datid, d.datname, s.grants, s.renewals, s.releases,
+           s.takeovers_expired, s.takeovers_session_ended, s.moves,
+           s.losing_tries, s.fence_rejections, s.waits, s.wakeups,
+           s.stats_reset
+      FROM leader_election.stats_read() AS s
+      LEFT JOIN pg_catalog.pg_database AS d
+        ON d.oid OPERATOR(pg_catalog.=) s.datid;
+COMMENT ON VIEW leader_election.stats IS
+    'Counters of leader election per database since the last reset (outcomes counted at commit, events when they happen); empty without shared_preload_libraries';
+REVOKE ALL ON leader_election.stats FROM PUBLIC;
+GRANT SELECT ON leader_election.stats TO pg_monitor;
+
+CREATE FUNCTION leader_election.stats_reset()
+    RETURNS void
+    AS 'MODULE_PATHNAME', 'le_stats_reset'
+    LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION leader_election.stats_reset() IS
+    'Zero the current database''s counters in leader_election.stats';
+REVOKE ALL ON FUNCTION leader_election.stats_reset() FROM PUBLIC;
+
+-- ===================================================================
 -- Issue 16: release 1.1
 -- ===================================================================
 

@@ -111,6 +111,7 @@ le_shmem_request(void)
 	RequestAddinShmemSpace(le_cache_shmem_size());
 	RequestAddinShmemSpace(le_waiters_shmem_size());
 	RequestAddinShmemSpace(le_task_shmem_size());
+	RequestAddinShmemSpace(le_stats_shmem_size());
 }
 
 static void
@@ -122,6 +123,7 @@ le_shmem_startup(void)
 	le_cache_shmem_init();
 	le_waiters_shmem_init();
 	le_task_shmem_init();
+	le_stats_shmem_init();
 }
 
 void
@@ -152,5 +154,6 @@ _PG_init(void)
 	le_wakeup_register_callbacks();
 	le_cache_register_callbacks();
 	le_commit_register_callbacks();
+	le_stats_register_callbacks();
 	le_role_guard_install();
 }

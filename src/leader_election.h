@@ -22,6 +22,7 @@
  *	  task_registry.c    the task runner: registering tasks and their checks
  *	  task_launcher.c    the task runner: launcher, settings, shared memory
  *	  task_worker.c      the task runner: one task's worker
+ *	  stats.c            counters per database: the view leader_election.stats
  *
  * The task runner's own declarations and design are in task_runner.h.
  *
@@ -272,6 +273,33 @@ extern void le_wait_sleep(TimestampTz until);
 extern void le_wait_end(void);
 extern int32 le_waiting_candidates(const char *name);
 extern void le_wake_waiters_now(const char *name);
+
+/*
+ * stats.c: what is counted.  Outcomes (up to LE_STAT_MOVES) count at commit,
+ * events when they happen; the order is the view's column order.
+ * LE_STAT_MOVES is for move_leader: le_stats_count(LE_STAT_MOVES) where the
+ * move is written.
+ */
+typedef enum LeStat
+{
+	LE_STAT_GRANTS,
+	LE_STAT_RENEWALS,
+	LE_STAT_RELEASES,
+	LE_STAT_TAKEOVERS_EXPIRED,
+	LE_STAT_TAKEOVERS_SESSION_ENDED,
+	LE_STAT_MOVES,
+	LE_STAT_LOSING_TRIES,
+	LE_STAT_FENCE_REJECTIONS,
+	LE_STAT_WAITS,
+	LE_STAT_WAKEUPS,
+	LE_STAT_COUNT
+} LeStat;
+
+/* stats.c */
+extern Size le_stats_shmem_size(void);
+extern void le_stats_shmem_init(void);
+extern void le_stats_register_callbacks(void);
+extern void le_stats_count(LeStat kind);
 
 /* role_guard.c */
 extern void le_role_guard_install(void);

@@ -456,6 +456,7 @@ le_try_acquire_from(const char *name, int64 ttl_usecs, const LeIdentity *who,
 	 */
 	if (le_is_mine(&row, who) && le_store_renew(name, &row, now, now + ttl_usecs))
 	{
+		le_stats_count(LE_STAT_RENEWALS);
 		le_after_grant(name, who, now + ttl_usecs);
 		return true;
 	}
@@ -470,6 +471,7 @@ le_try_acquire_from(const char *name, int64 ttl_usecs, const LeIdentity *who,
 		le_store_insert(name, who, term, now, now + ttl_usecs);
 		le_history_begin(name, term, who, GetUserId(), now);
 		le_notify(name, "elected", who->holder, term, "none", NULL, NULL);
+		le_stats_count(LE_STAT_GRANTS);
 		le_after_grant(name, who, now + ttl_usecs);
 		return true;
 	}
@@ -482,6 +484,7 @@ le_try_acquire_from(const char *name, int64 ttl_usecs, const LeIdentity *who,
 					 errmsg("lease \"%s\" changed under its writer lock", name),
 					 errdetail("The row was changed other than through leader_election's functions."),
 					 errhint("Retry the transaction.")));
+		le_stats_count(LE_STAT_RENEWALS);
 		le_after_grant(name, who, now + ttl_usecs);
 		return true;
 	}
@@ -542,6 +545,11 @@ le_try_acquire_from(const char *name, int64 ttl_usecs, const LeIdentity *who,
 	le_history_begin(name, term, who, locked.owner, now);
 	le_notify(name, "elected", who->holder, term, le_end_reason_names[reason],
 			  NULL, NULL);
+	le_stats_count(LE_STAT_GRANTS);
+	if (locked.holder != NULL && reason == LE_END_EXPIRED)
+		le_stats_count(LE_STAT_TAKEOVERS_EXPIRED);
+	else if (locked.holder != NULL && reason == LE_END_SESSION_ENDED)
+		le_stats_count(LE_STAT_TAKEOVERS_SESSION_ENDED);
 	le_after_grant(name, who, now + ttl_usecs);
 	return true;
 }
@@ -551,7 +559,11 @@ bool
 le_try_acquire(const char *name, int64 ttl_usecs, const LeIdentity *who,
 			   TimestampTz *retry_at)
 {
-	return le_try_acquire_from(name, ttl_usecs, who, retry_at);
+	bool		won = le_try_acquire_from(name, ttl_usecs, who, retry_at);
+
+	if (!won)
+		le_stats_count(LE_STAT_LOSING_TRIES);
+	return won;
 }
 
 /* One try_acquire_leader() call. */
@@ -561,7 +573,7 @@ le_try_acquire_in_statement(const char *name, int64 ttl_usecs,
 {
 	TimestampTz retry_at;
 
-	return le_try_acquire_from(name, ttl_usecs, who, &retry_at);
+	return le_try_acquire(name, ttl_usecs, who, &retry_at);
 }
 
 /* ---- SQL-callable functions ---- */
@@ -636,6 +648,7 @@ le_end_term(const char *name, const LeaseRow *row, LeEndReason reason,
 	le_notify(name, moved ? "moved" : successor != NULL ? "handed_over" : "released",
 			  row->holder, row->term, le_end_reason_names[reason], NULL,
 			  successor);
+	le_stats_count(moved ? LE_STAT_MOVES : LE_STAT_RELEASES);
 	le_xact_touched(name);
 	le_commit_note_write(name, 0);
 }
@@ -741,8 +754,16 @@ le_release_term(const char *name, const LeIdentity *who, int64 term)
 	le_history_end(name, row.term, now, LE_END_RELEASED);
 	le_store_release(name, &row, now);
 	le_notify(name, "released", who->holder, row.term, "released", NULL, NULL);
+	le_stats_count(LE_STAT_RELEASES);
 	le_xact_touched(name);
 	return true;
+}
+
+/* Count a rejected assert_leader; it is about to raise LE001. */
+static void
+le_fence_rejected(void)
+{
+	le_stats_count(LE_STAT_FENCE_REJECTIONS);
 }
 
 /*
@@ -774,28 +795,40 @@ assert_leader(PG_FUNCTION_ARGS)
 	le_store_read(name, &row);
 	le_check_owner(name, &row);
 	if (lock != LE_ROW_LOCKED)
+	{
+		le_fence_rejected();
 		ereport(ERROR,
 				(errcode(ERRCODE_LE_NOT_LEADER),
 				 errmsg("not the leader of \"%s\"", name),
 				 lock == LE_ROW_BUSY ?
 				 errdetail("Another holder is taking the lease over.") :
 				 errdetail("Nobody has held this lease yet.")));
+	}
 	if (!le_is_mine(&row, &who))
+	{
+		le_fence_rejected();
 		ereport(ERROR,
 				(errcode(ERRCODE_LE_NOT_LEADER),
 				 errmsg("not the leader of \"%s\"", name),
 				 errdetail("The lease is held by another holder, or by nobody.")));
+	}
 	if (!le_lease_valid(&row, GetCurrentTimestamp()))
+	{
+		le_fence_rejected();
 		ereport(ERROR,
 				(errcode(ERRCODE_LE_NOT_LEADER),
 				 errmsg("not the leader of \"%s\"", name),
 				 errdetail("The caller's lease has expired.")));
+	}
 	if (term_given && term != row.term)
+	{
+		le_fence_rejected();
 		ereport(ERROR,
 				(errcode(ERRCODE_LE_NOT_LEADER),
 				 errmsg("not the leader of \"%s\" in term " INT64_FORMAT,
 						name, term),
 				 errdetail("The current term is " INT64_FORMAT ".", row.term)));
+	}
 	le_xact_touched(name);
 	PG_RETURN_INT64(row.term);
 }
@@ -872,6 +905,7 @@ wait_for_leadership(PG_FUNCTION_ARGS)
 	MemoryContext attempt_cxt;
 	MemoryContext old_cxt;
 	bool		acquired = false;
+	volatile bool slept = false;
 
 	if (PG_NARGS() > 4)
 	{
@@ -909,6 +943,9 @@ wait_for_leadership(PG_FUNCTION_ARGS)
 			now = GetCurrentTimestamp();
 			if (now >= deadline)
 				break;
+			if (!slept)
+				le_stats_count(LE_STAT_WAITS);
+			slept = true;
 			le_wait_sleep(retry_at != 0 && retry_at < deadline ? retry_at : deadline);
 		}
 	}

@@ -584,11 +584,11 @@ register_task(PG_FUNCTION_ARGS)
 				(errmsg("task \"%s\" is registered but will not run until leader_election is in shared_preload_libraries",
 						name),
 				 errhint("Add leader_election to shared_preload_libraries and restart the server.")));
-	else if (strcmp(get_database_name(MyDatabaseId), le_task_database) != 0)
+	else if (!le_task_database_listed(get_database_name(MyDatabaseId)))
 		ereport(NOTICE,
-				(errmsg("task \"%s\" is registered but will not run: the task runner works in another database",
+				(errmsg("task \"%s\" is registered but will not run: the task runner works in other databases",
 						name),
-				 errhint("The runner runs the tasks of the database named by leader_election.database.")));
+				 errhint("The runner runs the tasks of the databases listed in leader_election.database.")));
 	PG_RETURN_INT64(id);
 }
 

@@ -15,10 +15,10 @@
  *
  * Registration (task_registry.c) only writes a row of leader_election.tasks;
  * it works with or without preloading.  With shared_preload_libraries =
- * 'leader_election' the postmaster starts the launcher once recovery has
- * finished (so a hot standby runs nothing and a promoted standby starts by
- * itself).  The launcher connects to the database named by
- * leader_election.database as the bootstrap superuser and, about once a
+ * 'leader_election' the postmaster starts one launcher per database listed
+ * in leader_election.database once recovery has finished (so a hot standby
+ * runs nothing and a promoted standby starts by itself).  Each launcher
+ * connects to its database as the bootstrap superuser and, about once a
  * second:
  *	  - reads the enabled tasks and checks each one's owner and procedure
  *		(le_task_problem: LOGIN, VALID UNTIL, no superuser power even by
@@ -113,8 +113,18 @@
  * A worker keeps its slot while its task is enabled: neither rule stops a
  * worker that has one.
  *
- * Database.  If the launcher cannot connect to leader_election.database,
- * it retries after 1, 2, 4 ... 60 s and logs the reason once.
+ * Databases.  leader_election.database lists the databases whose tasks
+ * run, one launcher each (at most LE_TASK_MAX_DATABASES).  The launchers
+ * share the max_task_workers slots: a slot belongs to the launcher that
+ * claimed it (slot->launcher, slot->database) until that launcher frees it,
+ * and a launcher looks only at its own slots, so the launchers of two
+ * databases never stop, renew or free each other's workers.  Free slots go
+ * to whichever launcher claims them first.  One run per name holds within a
+ * database (names of two databases are different leases).  A launcher that
+ * cannot connect to its database (missing, dropped, not accepting
+ * connections) retries after 1, 2, 4 ... 60 s and logs the reason once; a
+ * database without the extension is logged once and skipped until it has
+ * it.  Neither affects the other databases' launchers.
  *
  * The runner identity is leader_election.task_holder_id, or by default
  * 'task-runner:<system identifier>:<timeline>'.  The timeline makes a
@@ -175,6 +185,8 @@ typedef struct LeTaskSlot
 {
 	slock_t		mutex;
 	bool		in_use;			/* launcher: slot assigned to task_id */
+	int			launcher;		/* launcher: index of the launcher that owns it */
+	Oid			database;		/* launcher: that launcher's database */
 	int64		task_id;
 	Oid			owner;			/* launcher: the task's owner */
 	char		name[LE_MAX_NAME_BYTES + 1];	/* launcher: the task's lease name */
@@ -192,13 +204,21 @@ typedef struct LeTaskSlot
 	char		last_error[LE_TASK_ERROR_LEN];	/* worker: its last error */
 } LeTaskSlot;
 
-typedef struct LeTaskShared
+#define LE_TASK_MAX_DATABASES	32	/* entries of leader_election.database */
+
+/* One database's launcher, in shared memory. */
+typedef struct LeTaskLauncherState
 {
-	slock_t		mutex;			/* protects launcher and identity */
-	PGPROC	   *launcher;		/* to wake it when a run starts */
-	char		identity[LE_MAX_HOLDER_BYTES + 1];	/* the runner identity */
+	PGPROC	   *proc;			/* to wake it when a run starts */
 	int			connect_failures;	/* launcher starts that did not connect */
 	bool		connect_failure_said;	/* logged since the last success */
+} LeTaskLauncherState;
+
+typedef struct LeTaskShared
+{
+	slock_t		mutex;			/* protects launchers[] and identity */
+	char		identity[LE_MAX_HOLDER_BYTES + 1];	/* the runner identity */
+	LeTaskLauncherState launchers[LE_TASK_MAX_DATABASES];
 	int			nslots;
 	LeTaskSlot	slots[FLEXIBLE_ARRAY_MEMBER];
 } LeTaskShared;
@@ -254,6 +274,8 @@ extern int	le_task_runs_max;
 extern bool le_task_runner_preloaded;
 extern LeTaskShared *le_tasks;
 extern void le_task_define_settings(void);
+extern List *le_task_database_list(void);
+extern bool le_task_database_listed(const char *dbname);
 extern void le_task_runner_register(void);
 extern Size le_task_shmem_size(void);
 extern void le_task_shmem_init(void);

@@ -281,7 +281,8 @@ le_claim_slot(int slotno, int64 task_id)
 		if (other == slot)
 			continue;
 		SpinLockAcquire(&other->mutex);
-		busy = other->in_use && other->pid != 0 && strcmp(other->name, name) == 0;
+		busy = other->in_use && other->pid != 0 &&
+			other->database == slot->database && strcmp(other->name, name) == 0;
 		SpinLockRelease(&other->mutex);
 		if (busy)
 			proc_exit(0);
@@ -295,8 +296,10 @@ le_publish_run(LeTaskSlot *slot, int64 run_id, int64 term, int64 ttl_usecs,
 			   TimestampTz expires)
 {
 	PGPROC	   *launcher;
+	int			launcher_no;
 
 	SpinLockAcquire(&slot->mutex);
+	launcher_no = slot->launcher;
 	slot->running = true;
 	slot->run_id = run_id;
 	slot->term = term;
@@ -307,7 +310,7 @@ le_publish_run(LeTaskSlot *slot, int64 run_id, int64 term, int64 ttl_usecs,
 
 	/* Wake the launcher: its next renewal may be due sooner than it thinks. */
 	SpinLockAcquire(&le_tasks->mutex);
-	launcher = le_tasks->launcher;
+	launcher = le_tasks->launchers[launcher_no].proc;
 	SpinLockRelease(&le_tasks->mutex);
 	if (launcher != NULL)
 		SetLatch(&launcher->procLatch);

@@ -322,10 +322,14 @@ le_wait_sleep(TimestampTz until)
 		pg_memory_barrier();
 		if (pg_atomic_read_u64(&le_wake->slots[le_waiting_slot].broadcasts) !=
 			le_waiting_seen)
+		{
+			le_stats_count(LE_STAT_WAKEUPS);
 			return;				/* woken during the attempt: try again */
-		(void) ConditionVariableTimedSleep(&le_wake->slots[le_waiting_slot].cv,
-										   Min(ms, LE_RECHECK_MS),
-										   le_wait_event_for_leadership());
+		}
+		if (!ConditionVariableTimedSleep(&le_wake->slots[le_waiting_slot].cv,
+										 Min(ms, LE_RECHECK_MS),
+										 le_wait_event_for_leadership()))
+			le_stats_count(LE_STAT_WAKEUPS);	/* by a broadcast */
 	}
 	else
 	{
