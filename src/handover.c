@@ -82,6 +82,20 @@ le_handover_reserve(const char *name, const LeaseRow *ended,
 }
 
 /*
+ * The holder a reservation in force bars while anyone else may take the
+ * lease (a move without a successor bars the moved holder), or NULL.  A
+ * reservation for a successor bars everyone else: no waiter but the
+ * successor can take the lease, and the successor is never outranked.
+ */
+const char *
+le_handover_barred_holder(const LeHandover *h, TimestampTz now)
+{
+	if (h->previous_holder == NULL || h->successor != NULL || now >= h->reserved_until)
+		return NULL;
+	return h->previous_holder;
+}
+
+/*
  * Does a reservation bind `who`'s takeover of the lease `row` shows at
  * `now`?  *h is filled in if a reservation of the row's term exists, in
  * force or not (h->moved tells lease.c how the term ended); else

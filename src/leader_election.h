@@ -241,6 +241,7 @@ typedef enum LeReservation
 	LE_RESERVATION_FOR_ME,		/* in force, and the caller is the successor */
 	LE_RESERVATION_BARS_ME		/* in force, and the caller may not take it */
 } LeReservation;
+extern const char *le_handover_barred_holder(const LeHandover *h, TimestampTz now);
 extern LeReservation le_handover_check(const char *name, const LeaseRow *row,
 									   const LeIdentity *who, TimestampTz now,
 									   LeHandover *h);
@@ -249,9 +250,9 @@ extern char *le_checked_optional_successor(FunctionCallInfo fcinfo, int argno);
 /* waiters.c */
 extern Size le_waiters_shmem_size(void);
 extern void le_waiters_shmem_init(void);
-extern void le_waiter_register(const char *name, int32 priority);
+extern void le_waiter_register(const char *name, const char *holder, int32 priority);
 extern void le_waiter_unregister(bool acquired);
-extern bool le_waiter_outranked(const char *name);
+extern bool le_waiter_outranked(const char *name, const char *barred);
 
 /* commit_rules.c */
 extern void le_commit_note_write(const char *name, TimestampTz expires_at);

@@ -427,11 +427,14 @@ le_try_acquire_from(const char *name, int64 ttl_usecs, const LeIdentity *who,
 	 * (I10), unless the lease is reserved for it (I9 comes first).
 	 */
 	claim = renewing;
-	if (!le_is_mine(&row, who) && le_waiter_outranked(name))
+	if (!le_is_mine(&row, who) && le_waiter_outranked(name, NULL))
 	{
-		if (le_handover_check(name, &row, who, now, &handover) != LE_RESERVATION_FOR_ME)
+		reservation = le_handover_check(name, &row, who, now, &handover);
+		if (reservation == LE_RESERVATION_FOR_ME)
+			claim = true;		/* the successor has a claim, as a holder has */
+		else if (reservation == LE_RESERVATION_BARS_ME ||
+				 le_waiter_outranked(name, le_handover_barred_holder(&handover, now)))
 			return false;
-		claim = true;			/* the successor has a claim, as a holder has */
 	}
 
 	/*
@@ -505,7 +508,8 @@ le_try_acquire_from(const char *name, int64 ttl_usecs, const LeIdentity *who,
 		return false;
 	}
 	/* ... or wanted by a waiter that outranks this one (I10). */
-	if (reservation == LE_RESERVATION_NONE && le_waiter_outranked(name))
+	if (reservation == LE_RESERVATION_NONE &&
+		le_waiter_outranked(name, le_handover_barred_holder(&handover, now)))
 	{
 		le_unlock_writer(name);
 		return false;
@@ -713,6 +717,11 @@ move_leader(PG_FUNCTION_ARGS)
 		le_unlock_writer(name);
 		PG_RETURN_BOOL(false);
 	}
+	if (successor != NULL && strcmp(successor, row.holder) == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("the successor of a move must not be the current holder of \"%s\"", name),
+				 errhint("Name another holder, or none.")));
 	le_end_term(name, &row, LE_END_MOVED, successor);
 	PG_RETURN_BOOL(true);
 }
@@ -925,7 +934,7 @@ wait_for_leadership(PG_FUNCTION_ARGS)
 	PG_TRY();
 	{
 		/* Ranked (I10) before it counts in waiting_candidates. */
-		le_waiter_register(name, priority);
+		le_waiter_register(name, who.holder, priority);
 		le_wait_begin(name);
 		for (;;)
 		{

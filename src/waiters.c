@@ -50,6 +50,7 @@ typedef struct LeWaiter
 	uint64		ticket;			/* lower: waiting longer */
 	uint32		name_hash;		/* compared before the name */
 	char		name[LE_MAX_NAME_BYTES + 1];
+	char		holder[LE_MAX_HOLDER_BYTES + 1];	/* who it waits as */
 } LeWaiter;
 
 typedef struct LeWaiters
@@ -110,7 +111,7 @@ le_waiters_on_exit(int code, Datum arg)
  * on unranked.
  */
 void
-le_waiter_register(const char *name, int32 priority)
+le_waiter_register(const char *name, const char *holder, int32 priority)
 {
 	if (le_waiters == NULL)
 		return;
@@ -134,6 +135,7 @@ le_waiter_register(const char *name, int32 priority)
 		w->ticket = le_waiters->next_ticket++;
 		w->name_hash = hash_bytes((const unsigned char *) name, strlen(name));
 		strlcpy(w->name, name, sizeof(w->name));
+		strlcpy(w->holder, holder, sizeof(w->holder));
 		le_my_entry = i;
 		break;
 	}
@@ -179,6 +181,10 @@ le_waiter_unregister(bool acquired)
 /*
  * Is this backend waiting for `name` behind another waiter (I10)?  False
  * for a backend that is not waiting (try_acquire_leader, the task runner).
+ * Waiters as `barred` (the holder a move just removed, I9: it may not take
+ * the lease while the reservation lasts) do not count: they cannot take
+ * it, so stepping aside for them would leave the lease to them once the
+ * reservation lapses.  NULL: every waiter counts.
  *
  * A waiter is counted in its wakeup slot (wakeup.c) only after it has
  * registered here, so while the slot counts this backend alone no other
@@ -187,7 +193,7 @@ le_waiter_unregister(bool acquired)
  * waiter takes no lock.
  */
 bool
-le_waiter_outranked(const char *name)
+le_waiter_outranked(const char *name, const char *barred)
 {
 	bool		outranked = false;
 
@@ -207,7 +213,8 @@ le_waiter_outranked(const char *name)
 
 				if (i == le_my_entry || w->pid == 0 ||
 					w->name_hash != me->name_hash ||
-					w->dbid != me->dbid || strcmp(w->name, name) != 0)
+					w->dbid != me->dbid || strcmp(w->name, name) != 0 ||
+					(barred != NULL && strcmp(w->holder, barred) == 0))
 					continue;
 				if (w->priority > me->priority ||
 					(w->priority == me->priority && w->ticket < me->ticket))

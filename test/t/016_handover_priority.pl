@@ -124,6 +124,45 @@ sub handover_ms
 	le_quit($h, $other, $succ);
 }
 
+# ---- move without a successor: the moved holder waiting again does not
+# keep everyone else out (review of issue 15).  It outranks the other
+# waiter (priority 10 against 0, and it waits first), but the move bars it
+# for one ttl, so the other waiter must take the lease at once instead of
+# stepping aside until the reservation lapses and the moved holder comes
+# back.  Fails on the code before the fix: the other waiter waited out the
+# whole reservation and lost.
+{
+	my $a = le_session($node);
+	is($a->query_safe(q{SELECT try_acquire_leader('mv2', '20 seconds', 'host-a')}), 't',
+		'mv2: host-a acquires (ttl 20 s)');
+	is($node->safe_psql('postgres', q{SELECT leader_election.move_leader('mv2')}), 't',
+		'mv2: the owner moves host-a away, no successor');
+	ok(le_start_wait($node, $a,
+			q{SELECT wait_for_leadership('mv2', '20 seconds', '60 s', 'host-a', 10)}),
+		'mv2: host-a (priority 10) waits for the lease again');
+	my $b = le_session($node);
+	my $t0 = $node->safe_psql('postgres', 'SELECT clock_timestamp()');
+	le_send($b, q{SELECT wait_for_leadership('mv2', '20 seconds', '60 s', 'host-b', 0)});
+	is(wait_result($b), 't', 'mv2: host-b (priority 0) wins');
+	cmp_ok($node->safe_psql('postgres', qq{SELECT extract(epoch FROM acquired_at - '$t0'::timestamptz) * 1000
+		FROM leader_election.history WHERE name = 'mv2' AND holder = 'host-b'}), '<', 5000,
+		'mv2: ... at once, not after the 20 s reservation');
+	is(holder_of('mv2'), 'host-b', 'mv2: host-b holds the lease');
+	ok(!le_finished($a), 'mv2: the moved holder still waits');
+	is($node->safe_psql('postgres', q{SELECT release_leader('mv2', 'host-b')}), 't',
+		'mv2: host-b releases');
+	is(wait_result($a), 't', 'mv2: then host-a may have it again');
+	le_quit($a, $b);
+}
+
+# ---- a move's successor may not be the holder it moves away ----
+{
+	$node->safe_psql('postgres', q{SELECT try_acquire_leader('self', '1 hour', 'host-a')});
+	is(le_sqlstate($node, q{SELECT leader_election.move_leader('self', 'host-a')}), '22023',
+		'self: moving a leader to itself is refused (22023)');
+	is(holder_of('self'), 'host-a', 'self: and changes nothing');
+}
+
 # ---- priorities and waiting time ----
 {
 	my $h = le_session($node);
