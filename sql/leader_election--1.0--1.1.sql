@@ -16,15 +16,45 @@
 
 /*
  * The update runs while the extension is in use (test/t/061_live_upgrade.pl).
- * It takes its strong locks first, in the order sessions take them: a task
- * worker reads its task, then touches the lease, its history and its run;
- * applications touch the lease, then its history.  So the update waits for
- * the transactions in flight instead of deadlocking with one of them.
- * Sessions asleep in wait_for_leadership() hold no lock (src/lease.c) and
- * do not hold it up.
+ * It first takes every lock it needs, on all of the extension's tables and
+ * the view, all at once or none: an attempt that cannot get one of them
+ * gives up every lock it took and the update tries again 10 ms later.  For
+ * 2 seconds it does not even queue (NOWAIT), so no session notices it;
+ * then each attempt queues for at most 50 ms (lock_timeout), so that it
+ * also gets its turn under constant load, while sessions wait behind it
+ * for no longer than that.  Waiting in the queues without a limit would
+ * deadlock with sessions that take the same tables in another order (a
+ * task worker reads its task, writes its run, touches the lease, then
+ * updates its task), and would make every session's next call queue
+ * behind the update for as long as any transaction on the tables lasts.
+ * Sessions asleep in wait_for_leadership() hold no lock (src/lease.c).
  */
-LOCK TABLE leader_election.tasks, leader_election.leases, leader_election.history,
-    leader_election.task_runs IN ACCESS EXCLUSIVE MODE;
+DO $le_lock_all$
+DECLARE
+    saved_lock_timeout text := pg_catalog.current_setting('lock_timeout');
+    queue_from timestamptz := pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) interval '2 seconds';
+BEGIN
+    LOOP
+        BEGIN
+            IF pg_catalog.clock_timestamp() OPERATOR(pg_catalog.<) queue_from THEN
+                LOCK TABLE leader_election.tasks, leader_election.task_runs,
+                    leader_election.leases, leader_election.history,
+                    leader_election.leaders IN ACCESS EXCLUSIVE MODE NOWAIT;
+            ELSE
+                PERFORM pg_catalog.set_config('lock_timeout', '50ms', true);
+                LOCK TABLE leader_election.tasks, leader_election.task_runs,
+                    leader_election.leases, leader_election.history,
+                    leader_election.leaders IN ACCESS EXCLUSIVE MODE;
+            END IF;
+            PERFORM pg_catalog.set_config('lock_timeout', saved_lock_timeout, true);
+            RETURN;
+        EXCEPTION WHEN lock_not_available OR deadlock_detected THEN
+            PERFORM pg_catalog.set_config('lock_timeout', saved_lock_timeout, true);
+            PERFORM pg_catalog.pg_sleep(0.01);
+        END;
+    END LOOP;
+END
+$le_lock_all$;
 
 -- ===================================================================
 -- Issue 11: safety at the edges

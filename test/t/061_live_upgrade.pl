@@ -23,6 +23,7 @@ use LeaderElectionTest;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use Time::HiRes ();
 
 my $node = PostgreSQL::Test::Cluster->new('live_upgrade');
 $node->init;
@@ -53,6 +54,7 @@ CREATE PROCEDURE public.tick(term bigint) LANGUAGE plpgsql AS $$
 BEGIN
   PERFORM assert_leader('ticker', term);
   INSERT INTO public.ticks (term) VALUES (term);
+  PERFORM pg_sleep(0.5);   -- a run in flight when the update comes
 END $$;
 ALTER PROCEDURE public.tick(bigint) OWNER TO app;
 });
@@ -131,7 +133,36 @@ le_start_wait($node, $w2,
 	q{SELECT wait_for_leadership('svc2', '1 hour', '120 s', 'w2'), leader_term('svc2', 'w2')});
 my $ticks_before = $node->safe_psql('postgres', 'SELECT count(*) FROM public.ticks');
 
-$node->safe_psql('postgres', 'ALTER EXTENSION leader_election UPDATE');
+# A transaction that read the leaders view stays open across the start of
+# the update (anyone may read the view; a monitoring session idle in
+# transaction does).  The update cannot lock the view until it ends; until
+# then it must neither deadlock with the task's runs nor make other
+# sessions' calls queue behind it.
+my $reader = le_session($node);
+$reader->query_safe('BEGIN');
+$reader->query_safe('SELECT count(*) FROM leader_election.leaders');
+ok(le_poll($node, q{SELECT count(*) > 0 FROM leader_election.task_runs WHERE status = 'running'}),
+	'a task run is in flight');
+my $updater = le_session($node);
+le_send($updater, 'ALTER EXTENSION leader_election UPDATE');
+my $stalls = 0;
+for my $i (1 .. 8)
+{
+	my $t = time();
+	my $state = le_sqlstate($node, q{SET statement_timeout = '1s'; SET ROLE app;
+		SELECT try_acquire_leader('named', '1 hour', 'n1')});
+	$stalls++ if $state ne '';
+	diag("renewal $i during the pending update: " . ($state eq '' ? 'ok' : $state))
+	  if $state ne '';
+	Time::HiRes::usleep(400_000);
+}
+is($stalls, 0, 'while the update waits for the open transaction, renewals do not queue behind it');
+ok(!le_finished($updater), 'the update waits for the open transaction');
+$reader->query_safe('COMMIT');
+my ($upd_out, $upd_err) = le_collect($updater, 60);
+is($upd_err // 'no answer', '', 'ALTER EXTENSION UPDATE succeeds once the transaction ends');
+$reader->quit;
+$updater->quit;
 is($node->safe_psql('postgres',
 	q{SELECT extversion FROM pg_extension WHERE extname = 'leader_election'}),
 	$default, "updated to $default");
@@ -168,6 +199,9 @@ saw_term('named', $node->safe_psql('postgres', q{SET ROLE app; SELECT leader_ter
 ok(le_poll($node, qq{SELECT count(*) > $ticks_before + 1 FROM public.ticks
 	WHERE at > (SELECT max(at) FROM public.ticks) - interval '1 hour'}),
 	'after the update: the task keeps running');
+is($node->safe_psql('postgres', q{SELECT count(*) FROM leader_election.task_runs
+	WHERE status NOT IN ('succeeded', 'running')}), '0',
+	'no run of the task failed or was cancelled across the update (no deadlock)');
 is($node->safe_psql('postgres', q{SELECT count(*) FROM public.ticks k
 	WHERE NOT EXISTS (SELECT FROM leader_election.history h
 	                   WHERE h.name = 'ticker' AND h.term = k.term)}),
