@@ -16,6 +16,7 @@
  *	  name_admin.c       the administrator's functions for names (C half)
  *	  role_guard.c       DROP ROLE refuses roles that own names or tasks
  *	  wakeup.c           waking waiters; per-transaction bookkeeping
+ *	  notify_queue.c     NOTIFY of changes of leader, sent by a notifier worker
  *	  task_registry.c    the task runner: registering tasks and their checks
  *	  task_launcher.c    the task runner: launcher, settings, shared memory
  *	  task_worker.c      the task runner: one task's worker
@@ -55,12 +56,13 @@
  * Advisory lock key spaces of our own.  pg_advisory_lock() uses field4
  * values 1 and 2, so keys with these field4 values can never block, or be
  * blocked by, an application's advisory locks.  They show in pg_locks as
- * locktype 'advisory' with objsubid 19525 to 19528.
+ * locktype 'advisory' with objsubid 19525 to 19529.
  */
 #define LE_LOCKTAG_WRITER		0x4C45	/* one writer per name at a time */
 #define LE_LOCKTAG_SESSION		0x4C46	/* "this session is alive" */
 #define LE_LOCKTAG_ROLE_NAMES	0x4C47	/* a role's first uses of names, one at a time */
 #define LE_LOCKTAG_TERMS		0x4C48	/* one mover of the term counter at a time */
+#define LE_LOCKTAG_NOTIFY		0x4C49	/* one sender of queued notifications per database */
 
 /* NOTIFY channel for changes of leader. */
 #define LE_NOTIFY_CHANNEL		"leader_election"
@@ -109,6 +111,28 @@ typedef enum LeEndReason
 	LE_END_EXPIRED,
 	LE_END_SESSION_ENDED
 } LeEndReason;
+
+/* What a NOTIFY payload says (notify_queue.c). */
+typedef enum LeNotifyEventKind
+{
+	LE_EVENT_ELECTED,
+	LE_EVENT_RELEASED
+} LeNotifyEventKind;
+
+typedef enum LeNotifyReason
+{
+	LE_REASON_NONE,				/* a new name */
+	LE_REASON_RELEASED,
+	LE_REASON_EXPIRED,
+	LE_REASON_SESSION_ENDED
+} LeNotifyReason;
+
+/* leader_election.notify_delivery */
+typedef enum LeNotifyDelivery
+{
+	LE_NOTIFY_BACKGROUND,
+	LE_NOTIFY_IN_TRANSACTION
+} LeNotifyDelivery;
 
 /* settings (leader_election.c) */
 extern char *le_holder_id_setting;
@@ -208,6 +232,16 @@ extern void le_wait_attempt(void);
 extern void le_wait_sleep(TimestampTz until);
 extern void le_wait_end(void);
 extern int32 le_waiting_candidates(const char *name);
+
+/* notify_queue.c */
+extern int	le_notify_delivery;
+extern Size le_notify_shmem_size(void);
+extern void le_notify_shmem_init(void);
+extern void le_notify_register_callbacks(void);
+extern void le_notify_change(const char *name, LeNotifyEventKind event,
+							 const char *holder, int64 term,
+							 LeNotifyReason reason);
+extern void le_notify_flush_into_transaction(void);
 
 /* role_guard.c */
 extern void le_role_guard_install(void);

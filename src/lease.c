@@ -72,7 +72,6 @@
 #include "postgres.h"
 
 #include "access/xact.h"
-#include "commands/async.h"
 #include "common/hmac.h"
 #include "common/sha2.h"
 #include "funcapi.h"
@@ -231,29 +230,6 @@ le_checked_ttl(FunctionCallInfo fcinfo, int argno)
 							   "100 milliseconds and 7 days");
 }
 
-/*
- * NOTIFY leader_election, '{"name":..,"event":..,"holder":..,"term":..,
- * "reason":..}'.  Sent at commit, like any NOTIFY.
- */
-static void
-le_notify(const char *name, const char *event, const char *holder,
-		  int64 term, const char *reason)
-{
-	StringInfoData buf;
-
-	initStringInfo(&buf);
-	appendStringInfoString(&buf, "{\"name\":");
-	escape_json(&buf, name);
-	appendStringInfo(&buf, ",\"event\":\"%s\",\"holder\":", event);
-	if (holder != NULL)
-		escape_json(&buf, holder);
-	else
-		appendStringInfoString(&buf, "null");
-	appendStringInfo(&buf, ",\"term\":" INT64_FORMAT ",\"reason\":\"%s\"}",
-					 term, reason);
-	Async_Notify(LE_NOTIFY_CHANNEL, buf.data);
-}
-
 /* How the term in *row ended, if a new holder takes it over now. */
 static LeEndReason
 le_end_reason(const LeaseRow *row, TimestampTz now, TimestampTz *ended_at)
@@ -267,10 +243,11 @@ le_end_reason(const LeaseRow *row, TimestampTz now, TimestampTz *ended_at)
 	return LE_END_EXPIRED;
 }
 
-static const char *const le_end_reason_names[] = {
-	[LE_END_RELEASED] = "released",
-	[LE_END_EXPIRED] = "expired",
-	[LE_END_SESSION_ENDED] = "session_ended",
+/* How the previous term ended, as an "elected" notification says it. */
+static const LeNotifyReason le_end_reason_notified[] = {
+	[LE_END_RELEASED] = LE_REASON_RELEASED,
+	[LE_END_EXPIRED] = LE_REASON_EXPIRED,
+	[LE_END_SESSION_ENDED] = LE_REASON_SESSION_ENDED,
 };
 
 /* Bookkeeping after this transaction took or renewed a lease. */
@@ -357,7 +334,7 @@ le_try_acquire_from(const char *name, int64 ttl_usecs, const LeIdentity *who,
 		term = le_next_term(name, 0);
 		le_store_insert(name, who, term, now, now + ttl_usecs);
 		le_history_begin(name, term, who, GetUserId(), now);
-		le_notify(name, "elected", who->holder, term, "none");
+		le_notify_change(name, LE_EVENT_ELECTED, who->holder, term, LE_REASON_NONE);
 		le_after_grant(name, who, now + ttl_usecs);
 		return true;
 	}
@@ -413,7 +390,8 @@ le_try_acquire_from(const char *name, int64 ttl_usecs, const LeIdentity *who,
 	le_store_take_over(name, who, locked.owner, locked.term, term, now,
 					   now + ttl_usecs);
 	le_history_begin(name, term, who, locked.owner, now);
-	le_notify(name, "elected", who->holder, term, le_end_reason_names[reason]);
+	le_notify_change(name, LE_EVENT_ELECTED, who->holder, term,
+					 le_end_reason_notified[reason]);
 	le_after_grant(name, who, now + ttl_usecs);
 	return true;
 }
@@ -517,7 +495,8 @@ release_leader(PG_FUNCTION_ARGS)
 	now = GetCurrentTimestamp();
 	le_history_end(name, row.term, now, LE_END_RELEASED);
 	le_store_release(name, &row, now);
-	le_notify(name, "released", who.holder, row.term, "released");
+	le_notify_change(name, LE_EVENT_RELEASED, who.holder, row.term,
+					 LE_REASON_RELEASED);
 	le_xact_touched(name);
 	le_commit_note_write(name, 0);
 	PG_RETURN_BOOL(true);
@@ -548,7 +527,8 @@ le_release_term(const char *name, const LeIdentity *who, int64 term)
 	now = GetCurrentTimestamp();
 	le_history_end(name, row.term, now, LE_END_RELEASED);
 	le_store_release(name, &row, now);
-	le_notify(name, "released", who->holder, row.term, "released");
+	le_notify_change(name, LE_EVENT_RELEASED, who->holder, row.term,
+					 LE_REASON_RELEASED);
 	le_xact_touched(name);
 	return true;
 }
