@@ -148,7 +148,9 @@ class Grants(bench.Bench):
     # ---- T10, observers, T11 ----
 
     def storm_once(self, kind, observer=None, pinger=None):
-        """One storm; returns (last winner ms after the terminate, per-winner return times, pings)."""
+        """One storm; returns (last winner ms after the terminate, per-winner return times, pings,
+        first winner ms).  observer: a connection LISTENing on leader_election, read during the
+        storm; what it hears goes to self.heard as (payload, receipt time)."""
         self.round_id += 1
         tag = f"s{self.round_id}_"
         holder = self.connect()
@@ -199,16 +201,37 @@ class Grants(bench.Bench):
                 if ms is not None:
                     pings.append(ms)
                 time.sleep(0.002)
-        pt = None
+        def observing():
+            while not stop.is_set() or observer.notifies:
+                select.select([observer], [], [], 0.05)
+                observer.poll()
+                now = time.time()
+                while observer.notifies:
+                    self.heard.append((observer.notifies.pop(0).payload, now))
+        pt = ot = None
         if pinger:
             pt = threading.Thread(target=pinging)
             pt.start()
+        if observer is not None:
+            ot = threading.Thread(target=observing)
+            ot.start()
         t0 = self.q("SELECT extract(epoch FROM clock_timestamp())::float8 FROM pg_terminate_backend(%s)", (hpid,))[0][0]
         for t in threads:
             t.join(90)
+        if observer is not None:
+            # Until every winner's "elected" is heard, or 10 s.
+            names = {tag + str(i) for i in range(STORM_NAMES)}
+            deadline = time.time() + 10
+            while time.time() < deadline:
+                heard = {json.loads(p)["name"] for p, _ in list(self.heard)}
+                if names <= heard:
+                    break
+                time.sleep(0.05)
         stop.set()
         if pt:
             pt.join()
+        if ot:
+            ot.join()
         for c in conns:
             c.close()
         try:
@@ -218,7 +241,9 @@ class Grants(bench.Bench):
         if errors or len(done) != STORM_NAMES or not all(ok for _, ok in done.values()):
             raise RuntimeError(f"storm {kind}: {len(done)} winners, errors {errors[:3]}")
         last = max(at for at, _ in done.values())
-        return (last - t0) * 1000.0, {tag + str(i): at for i, (at, _) in done.items()}, pings
+        first = min(at for at, _ in done.values())
+        return ((last - t0) * 1000.0, {tag + str(i): at for i, (at, _) in done.items()}, pings,
+                (first - t0) * 1000.0)
 
     def storms(self):
         key = "storm_250"
@@ -234,7 +259,9 @@ class Grants(bench.Bench):
         obs = self.connect()
         with obs.cursor() as cur:
             cur.execute("LISTEN leader_election")
+        self.heard = []
         res = {"ext": [], "advisory": []}
+        firsts = {"ext": [], "advisory": []}
         storm_pings = []
         delays = []
         missing = 0
@@ -243,22 +270,19 @@ class Grants(bench.Bench):
             for kind in (["ext", "advisory"] if trial % 2 == 0 else ["advisory", "ext"]):
                 obs.poll()
                 obs.notifies.clear()
-                last_ms, wins, pings = self.storm_once(kind, pinger=pinger)
+                self.heard = []
+                last_ms, wins, pings, first_ms = self.storm_once(kind, observer=obs if kind == "ext" else None,
+                                                                 pinger=pinger)
                 res[kind].append(last_ms)
+                firsts[kind].append(first_ms)
                 storm_pings += pings
                 if kind == "ext":
                     got = {}
-                    deadline = time.time() + 10
-                    while len(got) < len(wins) and time.time() < deadline:
-                        select.select([obs], [], [], 0.1)
-                        obs.poll()
-                        now = time.time()
-                        while obs.notifies:
-                            n = obs.notifies.pop(0)
-                            p = json.loads(n.payload)
-                            if p["event"] != "elected" or p["name"] not in wins:
-                                continue
-                            got.setdefault(p["name"], []).append((p["term"], now))
+                    for payload, now in self.heard:
+                        p = json.loads(payload)
+                        if p["event"] != "elected" or p["name"] not in wins:
+                            continue
+                        got.setdefault(p["name"], []).append((p["term"], now))
                     for name, at in wins.items():
                         evs = got.get(name)
                         if not evs:
@@ -268,7 +292,7 @@ class Grants(bench.Bench):
                         if terms != sorted(terms):
                             out_of_order += 1
                         delays.append((evs[-1][1] - at) * 1000.0)
-                self.log(f"storm {kind:9} trial {trial}: last winner {last_ms:.1f} ms,"
+                self.log(f"storm {kind:9} trial {trial}: first winner {first_ms:.1f} ms, last winner {last_ms:.1f} ms,"
                          f" {len(pings)} pings (median {median(pings) or 0:.2f} ms)")
         obs.close()
         # Round trips during a grant load.
@@ -290,7 +314,8 @@ class Grants(bench.Bench):
         stop.set()
         pt.join()
         pinger.close()
-        self.results[key] = {k: {"median_ms": median(v), "p99_ms": pct(v, 99), "all_ms": v} for k, v in res.items()}
+        self.results[key] = {k: {"median_ms": median(v), "p99_ms": pct(v, 99), "all_ms": v,
+                                 "first_median_ms": median(firsts[k])} for k, v in res.items()}
         self.extra["observer"] = {"delays_ms_p50": median(delays), "delays_ms_p99": pct(delays, 99),
                                   "delays_ms_max": max(delays) if delays else None, "n": len(delays),
                                   "missing": missing, "out_of_order": out_of_order}
@@ -383,9 +408,10 @@ def report(runs):
             out.append("")
         if st:
             out += ["### storm_250", "", "ms from pg_terminate_backend of the holder to the last of 250 winners' returns.", "",
-                    "| method | trials | median ms | p99 (max) ms | all |", "|---|---:|---:|---:|---|"]
+                    "| method | trials | first winner (median) ms | last winner median ms | p99 (max) ms | all |",
+                    "|---|---:|---:|---:|---:|---|"]
             for k, v in st.items():
-                out.append(f"| {k} | {len(v['all_ms'])} | {f1(v['median_ms'])} | {f1(v['p99_ms'])} | "
+                out.append(f"| {k} | {len(v['all_ms'])} | {f1(v.get('first_median_ms'))} | {f1(v['median_ms'])} | {f1(v['p99_ms'])} | "
                            f"{', '.join(f'{x:.0f}' for x in v['all_ms'])} |")
             out.append("")
         if rtt:

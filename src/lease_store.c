@@ -659,7 +659,7 @@ static const LeStmtDef le_stmts[STMT_COUNT] = {
 		2, {TEXTOID, INT8OID}
 	},
 	[STMT_HISTORY_MAX] = {
-		"SELECT pg_catalog.max(term) FROM leader_election.history "
+		"SELECT pg_catalog.max(term), pg_catalog.count(*) FROM leader_election.history "
 		"WHERE name OPERATOR(pg_catalog.=) $1",
 		1, {TEXTOID}
 	},
@@ -1198,6 +1198,18 @@ le_store_record_term_era(uint64 sysid, TimeLineID tli, int64 first_term)
 	return recorded;
 }
 
+/*
+ * How many history rows the name had when a grant last looked
+ * (le_store_history_max_term, under the name's writer lock), so that the
+ * grant's le_history_begin can skip the trim while the name is below
+ * history_max_terms: a grant needs one query on the history, not two.  A
+ * count made stale by a direct change of the table only delays a trim to
+ * the name's next grant (the trim keeps the newest terms, however many
+ * there are).
+ */
+static char le_history_counted_name[LE_MAX_NAME_BYTES + 1];
+static int64 le_history_counted = -1;
+
 /* The highest term in the name's history, or 0. */
 int64
 le_store_history_max_term(const char *name)
@@ -1213,6 +1225,9 @@ le_store_history_max_term(const char *name)
 	le_spi_run(STMT_HISTORY_MAX, v, NULL, true);
 	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
 	max_term = isnull ? 0 : DatumGetInt64(d);
+	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull);
+	le_history_counted = isnull ? -1 : DatumGetInt64(d);
+	strlcpy(le_history_counted_name, name, sizeof(le_history_counted_name));
 	le_spi_end(&call);
 	return max_term;
 }
@@ -1299,7 +1314,10 @@ le_history_begin(const char *name, int64 term, const LeIdentity *who,
 
 	le_spi_begin(&call);
 	le_spi_run(STMT_HISTORY_BEGIN, v, NULL, false);
-	le_spi_run(STMT_HISTORY_TRIM, trim, NULL, false);
+	if (le_history_counted < 0 || strcmp(le_history_counted_name, name) != 0 ||
+		le_history_counted + 1 > le_history_max_terms)
+		le_spi_run(STMT_HISTORY_TRIM, trim, NULL, false);
+	le_history_counted = -1;
 	le_spi_end(&call);
 }
 

@@ -20,7 +20,9 @@
  *	  at ABORT       gives the room back.
  *
  * The notifier, one background worker per database with events (started on
- * demand, gone after LE_NOTIFIER_IDLE_MS without events), sends the queued
+ * demand, gone after LE_NOTIFIER_IDLE_MS without events, or as soon as
+ * DROP DATABASE, ALTER DATABASE or CREATE DATABASE ... TEMPLATE wants its
+ * database to itself: le_database_wanted), sends the queued
  * events with NOTIFY in transactions of up to LE_NOTIFY_BATCH events: the
  * NOTIFY lock is then taken once per batch, by the notifier, off every
  * grant's path.  Its own commits are not waited for (synchronous_commit
@@ -67,6 +69,7 @@
 #include <signal.h>
 
 #include "access/xact.h"
+#include "catalog/pg_database.h"
 #include "commands/async.h"
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
@@ -91,7 +94,8 @@
 #define LE_NOTIFY_DATABASES		8
 #define LE_NOTIFY_QUEUE_LEN		1024
 #define LE_NOTIFY_BATCH			512
-#define LE_NOTIFIER_IDLE_MS		2000	/* a notifier with nothing to do exits */
+#define LE_NOTIFIER_IDLE_MS		60000	/* a notifier with nothing to do exits */
+#define LE_NOTIFIER_CHECK_MS	500 /* how often an idle notifier looks around */
 #define LE_NOTIFIER_START_MS	10000	/* a start not seen by then is retried */
 
 int			le_notify_delivery = LE_NOTIFY_BACKGROUND;
@@ -539,6 +543,25 @@ le_notifier_send_batch(void)
 	pgstat_report_activity(STATE_IDLE, NULL);
 }
 
+/*
+ * Is a command waiting to have this database to itself?  DROP DATABASE,
+ * ALTER DATABASE ... RENAME / SET TABLESPACE and CREATE DATABASE ...
+ * TEMPLATE lock the database object, then wait a few seconds for its other
+ * sessions to end; a new connection's lock on it would conflict.  An idle
+ * notifier that sees this exits, so it never makes those commands fail.
+ */
+static bool
+le_database_wanted(Oid database)
+{
+	LOCKTAG		tag;
+
+	SET_LOCKTAG_OBJECT(tag, InvalidOid, DatabaseRelationId, database, 0);
+	if (LockAcquire(&tag, RowExclusiveLock, true, true) == LOCKACQUIRE_NOT_AVAIL)
+		return true;
+	LockRelease(&tag, RowExclusiveLock, true);
+	return false;
+}
+
 PGDLLEXPORT void le_notifier_main(Datum arg);
 
 void
@@ -597,7 +620,8 @@ le_notifier_main(Datum arg)
 			continue;
 		}
 		if (TimestampDifferenceExceeds(idle_since, GetCurrentTimestamp(),
-									   LE_NOTIFIER_IDLE_MS))
+									   LE_NOTIFIER_IDLE_MS) ||
+			le_database_wanted(database))
 		{
 			bool		quit;
 
@@ -614,7 +638,7 @@ le_notifier_main(Datum arg)
 				proc_exit(0);
 			idle_since = GetCurrentTimestamp();
 		}
-		wait_ms = LE_NOTIFIER_IDLE_MS;
+		wait_ms = LE_NOTIFIER_CHECK_MS;
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 						 wait_ms, PG_WAIT_EXTENSION);
 	}
