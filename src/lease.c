@@ -67,6 +67,11 @@
  *     it takes any lock; and no name a role chooses can share another
  *     name's writer lock except by chance (a keyed hash, le_writer_locktag).
  *
+ * Every change of leader (a grant, a release) is announced on channel
+ * leader_election once its transaction commits, per name in term order
+ * (notify_queue.c: N1, N2); the granting transaction itself does not
+ * NOTIFY when the library is preloaded.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
