@@ -337,8 +337,8 @@ le_try_acquire_from(const char *name, int64 ttl_usecs, const LeIdentity *who,
 						 errhint("Reuse a name, or raise leader_election.max_names_per_role.")));
 		}
 		term = le_next_term(name, 0);
+		/* The row and the term's history row (le_history_begin's). */
 		le_store_insert(name, who, term, now, now + ttl_usecs);
-		le_history_begin(name, term, who, GetUserId(), now);
 		le_notify_change(name, LE_EVENT_ELECTED, who->holder, term, LE_REASON_NONE);
 		le_after_grant(name, who, now + ttl_usecs);
 		return true;

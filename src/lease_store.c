@@ -141,6 +141,8 @@ le_store_invalidate(Datum arg, Oid relid)
  * term bigint) with the default operator families, else InvalidOid: then the history's
  * highest term is asked with SQL (STMT_HISTORY_MAX).
  */
+static void le_history_trim(const char *name);
+
 static Oid
 le_store_history_index(Oid history, Oid index)
 {
@@ -614,6 +616,7 @@ le_store_renew_in_place(const char *name, const LeaseRow *row,
 typedef enum LeStmt
 {
 	STMT_INSERT,
+	STMT_INSERT_WITH_HISTORY,
 	STMT_RENEW,
 	STMT_TAKE_OVER,
 	STMT_RELEASE,
@@ -632,7 +635,7 @@ typedef struct LeStmtDef
 {
 	const char *sql;
 	int			nargs;
-	Oid			argtypes[13];
+	Oid			argtypes[14];
 } LeStmtDef;
 
 static const LeStmtDef le_stmts[STMT_COUNT] = {
@@ -641,6 +644,16 @@ static const LeStmtDef le_stmts[STMT_COUNT] = {
 		"VALUES ($1, $2, $3, $4, $5, $5, $6, $7, $8, $9, $10, $11, $12)",
 		12, {TEXTOID, OIDOID, TEXTOID, INT8OID, TIMESTAMPTZOID, TIMESTAMPTZOID,
 		INT4OID, TIMESTAMPTZOID, INT4OID, OIDOID, TEXTOID, INETOID}
+	},
+	/* STMT_INSERT and the term's history row, in one statement. */
+	[STMT_INSERT_WITH_HISTORY] = {
+		"WITH lease AS (INSERT INTO leader_election.leases (" LE_SELECT_COLUMNS ") "
+		"VALUES ($1, $2, $3, $4, $5, $5, $6, $7, $8, $9, $10, $11, $12) RETURNING 1) "
+		"INSERT INTO leader_election.history "
+		"(name, term, holder, owner, session_bound, holder_pid, acquired_at) "
+		"SELECT $1, $4, $3, $2, $13, $14, $5 FROM lease",
+		14, {TEXTOID, OIDOID, TEXTOID, INT8OID, TIMESTAMPTZOID, TIMESTAMPTZOID,
+		INT4OID, TIMESTAMPTZOID, INT4OID, OIDOID, TEXTOID, INETOID, BOOLOID, INT4OID}
 	},
 	[STMT_RENEW] = {
 		"UPDATE leader_election.leases SET renewed_at = $4, expires_at = $5, "
@@ -881,20 +894,36 @@ le_store_insert(const char *name, const LeIdentity *who, int64 term,
 				TimestampTz now, TimestampTz expires)
 {
 	LeSpiCall	call;
-	Datum		v[12];
-	char		n[13] = "            ";
+	Datum		v[14];
+	char		n[15] = "              ";
+	bool		with_history = le_history_max_terms > 0;
 
 	v[0] = CStringGetTextDatum(name);
 	v[1] = ObjectIdGetDatum(GetUserId());
+
 	v[2] = CStringGetTextDatum(who->holder);
 	v[3] = Int64GetDatum(term);
 	v[4] = TimestampTzGetDatum(now);
 	v[5] = TimestampTzGetDatum(expires);
 	le_session_columns(who, &v[6], &n[6], &v[7], &n[7]);
 	le_holder_details(&v[8], &v[9], &v[10], &n[10], &v[11], &n[11]);
+	v[12] = BoolGetDatum(who->session_bound);
+	v[13] = Int32GetDatum(MyProcPid);
 
 	le_spi_begin(&call);
-	le_spi_run(STMT_INSERT, v, n, false);
+	if (with_history && le_rels.fast_path_ok)
+		le_spi_run(STMT_INSERT_WITH_HISTORY, v, n, false);
+	else
+	{
+		/* A rule on the table cannot be combined with WITH: one at a time. */
+		Datum		h[7] = {v[0], v[3], v[2], v[1], v[12], v[13], v[4]};
+
+		le_spi_run(STMT_INSERT, v, n, false);
+		if (with_history)
+			le_spi_run(STMT_HISTORY_BEGIN, h, NULL, false);
+	}
+	if (with_history)
+		le_history_trim(name);
 	le_spi_end(&call);
 	le_store_note_grant(name, who, GetUserId(), term, expires);
 }
@@ -1377,6 +1406,26 @@ le_new_lock_key(PG_FUNCTION_ARGS)
 	PG_RETURN_BYTEA_P(k);
 }
 
+/*
+ * Inside an SPI call that just added a term to the name's history: keep at
+ * most history_max_terms terms, unless the grant's look at the history
+ * (le_store_history_max_term) showed the name below the limit.
+ */
+static void
+le_history_trim(const char *name)
+{
+	Datum		trim[2];
+
+	if (le_history_counted < 0 || strcmp(le_history_counted_name, name) != 0 ||
+		le_history_counted + 1 > le_history_max_terms)
+	{
+		trim[0] = CStringGetTextDatum(name);
+		trim[1] = Int64GetDatum((int64) le_history_max_terms);
+		le_spi_run(STMT_HISTORY_TRIM, trim, NULL, false);
+	}
+	le_history_counted = -1;
+}
+
 /* Record the start of a term, keeping at most history_max_terms per name. */
 void
 le_history_begin(const char *name, int64 term, const LeIdentity *who,
@@ -1384,7 +1433,6 @@ le_history_begin(const char *name, int64 term, const LeIdentity *who,
 {
 	LeSpiCall	call;
 	Datum		v[7];
-	Datum		trim[2];
 
 	if (le_history_max_terms <= 0)
 		return;
@@ -1395,15 +1443,10 @@ le_history_begin(const char *name, int64 term, const LeIdentity *who,
 	v[4] = BoolGetDatum(who->session_bound);
 	v[5] = Int32GetDatum(MyProcPid);
 	v[6] = TimestampTzGetDatum(at);
-	trim[0] = v[0];
-	trim[1] = Int64GetDatum((int64) le_history_max_terms);
 
 	le_spi_begin(&call);
 	le_spi_run(STMT_HISTORY_BEGIN, v, NULL, false);
-	if (le_history_counted < 0 || strcmp(le_history_counted_name, name) != 0 ||
-		le_history_counted + 1 > le_history_max_terms)
-		le_spi_run(STMT_HISTORY_TRIM, trim, NULL, false);
-	le_history_counted = -1;
+	le_history_trim(name);
 	le_spi_end(&call);
 }
 
