@@ -168,6 +168,12 @@ extern bool le_store_renew(const char *name, const LeaseRow *row,
 extern void le_store_take_over(const char *name, const LeIdentity *who,
 							   Oid owner, int64 old_term, int64 new_term,
 							   TimestampTz now, TimestampTz expires);
+extern void le_store_take_over_with_history(const char *name,
+											const LeIdentity *who, Oid owner,
+											int64 old_term, int64 new_term,
+											TimestampTz now, TimestampTz expires,
+											bool end_old, TimestampTz ended_at,
+											LeEndReason reason);
 extern void le_store_release(const char *name, const LeaseRow *row,
 							 TimestampTz now);
 extern int64 le_store_count_names(Oid owner);

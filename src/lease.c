@@ -386,15 +386,15 @@ le_try_acquire_from(const char *name, int64 ttl_usecs, const LeIdentity *who,
 
 	term = le_next_term(name, locked.term);
 	if (locked.holder != NULL)
-	{
 		reason = le_end_reason(&locked, now, &ended_at);
-		le_history_end(name, locked.term, ended_at, reason);
-	}
 	else
+	{
 		reason = LE_END_RELEASED;
-	le_store_take_over(name, who, locked.owner, locked.term, term, now,
-					   now + ttl_usecs);
-	le_history_begin(name, term, who, locked.owner, now);
+		ended_at = now;
+	}
+	le_store_take_over_with_history(name, who, locked.owner, locked.term, term,
+									now, now + ttl_usecs,
+									locked.holder != NULL, ended_at, reason);
 	le_notify_change(name, LE_EVENT_ELECTED, who->holder, term,
 					 le_end_reason_notified[reason]);
 	le_after_grant(name, who, now + ttl_usecs);

@@ -143,6 +143,19 @@ le_store_invalidate(Datum arg, Oid relid)
  */
 static void le_history_trim(const char *name);
 
+/* history.end_reason of a reason. */
+static const char *
+le_end_reason_text(LeEndReason reason)
+{
+	static const char *const reasons[] = {
+		[LE_END_RELEASED] = "released",
+		[LE_END_EXPIRED] = "expired",
+		[LE_END_SESSION_ENDED] = "session_ended",
+	};
+
+	return reasons[reason];
+}
+
 static Oid
 le_store_history_index(Oid history, Oid index)
 {
@@ -617,6 +630,7 @@ typedef enum LeStmt
 {
 	STMT_INSERT,
 	STMT_INSERT_WITH_HISTORY,
+	STMT_TAKE_OVER_WITH_HISTORY,
 	STMT_RENEW,
 	STMT_TAKE_OVER,
 	STMT_RELEASE,
@@ -635,7 +649,7 @@ typedef struct LeStmtDef
 {
 	const char *sql;
 	int			nargs;
-	Oid			argtypes[14];
+	Oid			argtypes[18];
 } LeStmtDef;
 
 static const LeStmtDef le_stmts[STMT_COUNT] = {
@@ -654,6 +668,26 @@ static const LeStmtDef le_stmts[STMT_COUNT] = {
 		"SELECT $1, $4, $3, $2, $13, $14, $5 FROM lease",
 		14, {TEXTOID, OIDOID, TEXTOID, INT8OID, TIMESTAMPTZOID, TIMESTAMPTZOID,
 		INT4OID, TIMESTAMPTZOID, INT4OID, OIDOID, TEXTOID, INETOID, BOOLOID, INT4OID}
+	},
+	/*
+	 * STMT_TAKE_OVER, the end of the old term in the history ($15: if it had
+	 * a holder) and the new term's history row, in one statement.
+	 */
+	[STMT_TAKE_OVER_WITH_HISTORY] = {
+		"WITH ended AS (UPDATE leader_election.history SET ended_at = $13, end_reason = $14 "
+		"WHERE $15 AND name OPERATOR(pg_catalog.=) $1 AND term OPERATOR(pg_catalog.=) $2 "
+		"AND ended_at IS NULL RETURNING 1), "
+		"lease AS (UPDATE leader_election.leases SET holder = $3, term = $4, "
+		"acquired_at = $5, renewed_at = $5, expires_at = $6, session_pid = $7, "
+		"session_start = $8, holder_pid = $9, holder_role = $10, "
+		"application_name = $11, client_addr = $12 "
+		"WHERE name OPERATOR(pg_catalog.=) $1 AND term OPERATOR(pg_catalog.=) $2 RETURNING 1) "
+		"INSERT INTO leader_election.history "
+		"(name, term, holder, owner, session_bound, holder_pid, acquired_at) "
+		"SELECT $1, $4, $3, $16, $17, $18, $5 FROM lease",
+		18, {TEXTOID, INT8OID, TEXTOID, INT8OID, TIMESTAMPTZOID, TIMESTAMPTZOID,
+		INT4OID, TIMESTAMPTZOID, INT4OID, OIDOID, TEXTOID, INETOID,
+		TIMESTAMPTZOID, TEXTOID, BOOLOID, OIDOID, BOOLOID, INT4OID}
 	},
 	[STMT_RENEW] = {
 		"UPDATE leader_election.leases SET renewed_at = $4, expires_at = $5, "
@@ -1010,6 +1044,55 @@ le_store_take_over(const char *name, const LeIdentity *who, Oid owner,
 	le_spi_begin(&call);
 	le_spi_run(STMT_TAKE_OVER, v, n, false);
 	le_expect_one_row("takeover");
+	le_spi_end(&call);
+	le_store_note_grant(name, who, owner, new_term, expires);
+}
+
+/*
+ * A takeover with its history: the old term ends (if it had a holder) at
+ * ended_at for reason, the lease row gets the new term, and the new term's
+ * history row is added.  One statement while the tables have their
+ * installed shape, else one at a time.
+ */
+void
+le_store_take_over_with_history(const char *name, const LeIdentity *who,
+								Oid owner, int64 old_term, int64 new_term,
+								TimestampTz now, TimestampTz expires,
+								bool end_old, TimestampTz ended_at,
+								LeEndReason reason)
+{
+	LeSpiCall	call;
+	Datum		v[18];
+	char		n[19] = "                  ";
+
+	le_store_load_rels();
+	if (le_history_max_terms <= 0 || !le_rels.fast_path_ok)
+	{
+		if (end_old)
+			le_history_end(name, old_term, ended_at, reason);
+		le_store_take_over(name, who, owner, old_term, new_term, now, expires);
+		le_history_begin(name, new_term, who, owner, now);
+		return;
+	}
+	v[0] = CStringGetTextDatum(name);
+	v[1] = Int64GetDatum(old_term);
+	v[2] = CStringGetTextDatum(who->holder);
+	v[3] = Int64GetDatum(new_term);
+	v[4] = TimestampTzGetDatum(now);
+	v[5] = TimestampTzGetDatum(expires);
+	le_session_columns(who, &v[6], &n[6], &v[7], &n[7]);
+	le_holder_details(&v[8], &v[9], &v[10], &n[10], &v[11], &n[11]);
+	v[12] = TimestampTzGetDatum(ended_at);
+	v[13] = CStringGetTextDatum(le_end_reason_text(reason));
+	v[14] = BoolGetDatum(end_old);
+	v[15] = ObjectIdGetDatum(owner);
+	v[16] = BoolGetDatum(who->session_bound);
+	v[17] = Int32GetDatum(MyProcPid);
+
+	le_spi_begin(&call);
+	le_spi_run(STMT_TAKE_OVER_WITH_HISTORY, v, n, false);
+	le_expect_one_row("takeover");
+	le_history_trim(name);
 	le_spi_end(&call);
 	le_store_note_grant(name, who, owner, new_term, expires);
 }
@@ -1454,18 +1537,13 @@ void
 le_history_end(const char *name, int64 term, TimestampTz at,
 			   LeEndReason reason)
 {
-	static const char *const reasons[] = {
-		[LE_END_RELEASED] = "released",
-		[LE_END_EXPIRED] = "expired",
-		[LE_END_SESSION_ENDED] = "session_ended",
-	};
 	LeSpiCall	call;
 	Datum		v[4];
 
 	v[0] = CStringGetTextDatum(name);
 	v[1] = Int64GetDatum(term);
 	v[2] = TimestampTzGetDatum(at);
-	v[3] = CStringGetTextDatum(reasons[reason]);
+	v[3] = CStringGetTextDatum(le_end_reason_text(reason));
 
 	le_spi_begin(&call);
 	le_spi_run(STMT_HISTORY_END, v, NULL, false);
