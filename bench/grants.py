@@ -23,17 +23,21 @@ Scenarios:
                   wait_for_leadership, one per name; time from the
                   terminate to the last winner's return.  Reference: the
                   same with pg_advisory_lock waiters that each commit one
-                  row.  An observer LISTENs on leader_election during the
-                  ext storms and must get every "elected" (completeness and
-                  per-name term order are checked); its delay is the receipt
-                  time minus the winner's return time.
-  notify_rtt      T11: an unrelated application's NOTIFY/LISTEN round trip,
-                  idle and during storms and during new_grants_32.
+                  row.  An observer (a process of its own) LISTENs on
+                  leader_election during the ext storms and must get every
+                  "elected" (completeness and per-name term order are
+                  checked); its delay is the arrival time minus the commit
+                  time of the grant (pg_xact_commit_timestamp of its history
+                  row; grants.sh turns track_commit_timestamp on).
+  notify_rtt      T11: an unrelated application's NOTIFY/LISTEN round trip
+                  (a process of its own), idle, during the storms and during
+                  new_grants_32.
 """
 
 import argparse
 import datetime
 import json
+import multiprocessing
 import os
 import platform
 import select
@@ -95,6 +99,51 @@ class Pinger:
         self.sender.close()
 
 
+def _connect():
+    conn = psycopg2.connect(dbname=os.environ.get("PGDATABASE", "postgres"))
+    conn.autocommit = True
+    return conn
+
+
+def observer_process(names, ready, out):
+    """A LISTENer in its own process (no GIL shared with the storm's 250
+    client threads): records when each notification arrives, until every
+    name in `names` was heard as elected (or 30 s)."""
+    conn = _connect()
+    with conn.cursor() as cur:
+        cur.execute("LISTEN leader_election")
+    ready.set()
+    heard, left = [], set(names)
+    deadline = time.time() + 30
+    while left and time.time() < deadline:
+        select.select([conn], [], [], 0.05)
+        conn.poll()
+        now = time.time()
+        while conn.notifies:
+            payload = conn.notifies.pop(0).payload
+            heard.append((payload, now))
+            p = json.loads(payload)
+            if p.get("event") == "elected":
+                left.discard(p.get("name"))
+    out.put(heard)
+    conn.close()
+
+
+def pinger_process(stop, ready, out):
+    """The unrelated application, in its own process: NOTIFY/LISTEN round
+    trips every 2 ms until stop is set."""
+    pinger = Pinger(_connect)
+    ready.set()
+    pings = []
+    while not stop.is_set():
+        ms = pinger.ping()
+        if ms is not None:
+            pings.append(ms)
+        time.sleep(0.002)
+    pinger.close()
+    out.put(pings)
+
+
 class Grants(bench.Bench):
     def __init__(self, args):
         super().__init__(args)
@@ -147,17 +196,18 @@ class Grants(bench.Bench):
 
     # ---- T10, observers, T11 ----
 
-    def storm_once(self, kind, observer=None, pinger=None):
-        """One storm; returns (last winner ms after the terminate, per-winner return times, pings,
-        first winner ms).  observer: a connection LISTENing on leader_election, read during the
-        storm; what it hears goes to self.heard as (payload, receipt time)."""
+    def storm_once(self, kind, observe=False, ping=False):
+        """One storm.  Returns (last winner ms after the terminate, first winner ms,
+        pings during the storm, observer delays ms or None, names not heard, names out of order).
+        The observer and the pinger run in processes of their own."""
         self.round_id += 1
         tag = f"s{self.round_id}_"
+        names = [tag + str(i) for i in range(STORM_NAMES)]
         holder = self.connect()
         hpid = self.q("SELECT pg_backend_pid()", conn=holder)[0][0]
         if kind == "ext":
-            for i in range(STORM_NAMES):
-                self.q("SELECT try_acquire_leader(%s, interval '1 minute')", (tag + str(i),), conn=holder)
+            for n in names:
+                self.q("SELECT try_acquire_leader(%s, interval '1 minute')", (n,), conn=holder)
         else:
             for i in range(STORM_NAMES):
                 self.q("SELECT pg_advisory_lock(%s)", (self.round_id * 1000 + i,), conn=holder)
@@ -171,7 +221,7 @@ class Grants(bench.Bench):
                 with conns[i].cursor() as cur:
                     if kind == "ext":
                         cur.execute("SELECT wait_for_leadership(%s, interval '1 minute', interval '60 s', %s)",
-                                    (tag + str(i), "c" + str(i)))
+                                    (names[i], "c" + str(i)))
                         ok = cur.fetchone()[0]
                     else:
                         cur.execute("SELECT pg_advisory_lock(%s); INSERT INTO grants_ref.storm VALUES (%s, clock_timestamp())",
@@ -192,46 +242,48 @@ class Grants(bench.Bench):
             if n == STORM_NAMES:
                 break
             time.sleep(0.01)
-        pings = []
-        stop = threading.Event()
-
-        def pinging():
-            while not stop.is_set():
-                ms = pinger.ping()
-                if ms is not None:
-                    pings.append(ms)
-                time.sleep(0.002)
-        def observing():
-            while not stop.is_set() or observer.notifies:
-                select.select([observer], [], [], 0.05)
-                observer.poll()
-                now = time.time()
-                while observer.notifies:
-                    self.heard.append((observer.notifies.pop(0).payload, now))
-        pt = ot = None
-        if pinger:
-            pt = threading.Thread(target=pinging)
-            pt.start()
-        if observer is not None:
-            ot = threading.Thread(target=observing)
-            ot.start()
+        ctx = multiprocessing.get_context("fork")
+        obs = pin = None
+        if observe:
+            obs_q, obs_ready = ctx.Queue(), ctx.Event()
+            obs = ctx.Process(target=observer_process, args=(names, obs_ready, obs_q))
+            obs.start()
+            obs_ready.wait(30)
+        if ping:
+            pin_q, pin_ready, pin_stop = ctx.Queue(), ctx.Event(), ctx.Event()
+            pin = ctx.Process(target=pinger_process, args=(pin_stop, pin_ready, pin_q))
+            pin.start()
+            pin_ready.wait(30)
         t0 = self.q("SELECT extract(epoch FROM clock_timestamp())::float8 FROM pg_terminate_backend(%s)", (hpid,))[0][0]
         for t in threads:
             t.join(90)
-        if observer is not None:
-            # Until every winner's "elected" is heard, or 10 s.
-            names = {tag + str(i) for i in range(STORM_NAMES)}
-            deadline = time.time() + 10
-            while time.time() < deadline:
-                heard = {json.loads(p)["name"] for p, _ in list(self.heard)}
-                if names <= heard:
-                    break
-                time.sleep(0.05)
-        stop.set()
-        if pt:
-            pt.join()
-        if ot:
-            ot.join()
+        pings = []
+        if pin:
+            pin_stop.set()
+            pings = pin_q.get(timeout=60)
+            pin.join()
+        delays = missing = out_of_order = None
+        if obs:
+            heard = obs_q.get(timeout=60)
+            obs.join()
+            granted = dict(((r[0], r[1]), r[2]) for r in self.q(
+                "SELECT name, term, extract(epoch FROM coalesce(pg_xact_commit_timestamp(xmin), acquired_at))::float8"
+                " FROM leader_election.history WHERE name LIKE %s AND holder LIKE 'c%%'", (tag + "%",)))
+            got = {}
+            for payload, at in heard:
+                p = json.loads(payload)
+                if p["event"] == "elected" and p["name"].startswith(tag):
+                    got.setdefault(p["name"], []).append((p["term"], at))
+            delays, missing, out_of_order = [], 0, 0
+            for (name, term), acquired in granted.items():
+                evs = got.get(name, [])
+                terms = [t for t, _ in evs]
+                if term not in terms:
+                    missing += 1
+                    continue
+                if terms != sorted(terms):
+                    out_of_order += 1
+                delays.append((dict(evs)[term] - acquired) * 1000.0)
         for c in conns:
             c.close()
         try:
@@ -242,8 +294,7 @@ class Grants(bench.Bench):
             raise RuntimeError(f"storm {kind}: {len(done)} winners, errors {errors[:3]}")
         last = max(at for at, _ in done.values())
         first = min(at for at, _ in done.values())
-        return ((last - t0) * 1000.0, {tag + str(i): at for i, (at, _) in done.items()}, pings,
-                (first - t0) * 1000.0)
+        return (last - t0) * 1000.0, (first - t0) * 1000.0, pings, delays, missing, out_of_order
 
     def storms(self):
         key = "storm_250"
@@ -256,10 +307,6 @@ class Grants(bench.Bench):
             if ms is not None:
                 idle.append(ms)
             time.sleep(0.002)
-        obs = self.connect()
-        with obs.cursor() as cur:
-            cur.execute("LISTEN leader_election")
-        self.heard = []
         res = {"ext": [], "advisory": []}
         firsts = {"ext": [], "advisory": []}
         storm_pings = []
@@ -268,33 +315,17 @@ class Grants(bench.Bench):
         out_of_order = 0
         for trial in range(self.storm_trials):
             for kind in (["ext", "advisory"] if trial % 2 == 0 else ["advisory", "ext"]):
-                obs.poll()
-                obs.notifies.clear()
-                self.heard = []
-                last_ms, wins, pings, first_ms = self.storm_once(kind, observer=obs if kind == "ext" else None,
-                                                                 pinger=pinger)
+                last_ms, first_ms, pings, d, miss, ooo = self.storm_once(kind, observe=(kind == "ext"), ping=True)
                 res[kind].append(last_ms)
                 firsts[kind].append(first_ms)
                 storm_pings += pings
-                if kind == "ext":
-                    got = {}
-                    for payload, now in self.heard:
-                        p = json.loads(payload)
-                        if p["event"] != "elected" or p["name"] not in wins:
-                            continue
-                        got.setdefault(p["name"], []).append((p["term"], now))
-                    for name, at in wins.items():
-                        evs = got.get(name)
-                        if not evs:
-                            missing += 1
-                            continue
-                        terms = [t for t, _ in evs]
-                        if terms != sorted(terms):
-                            out_of_order += 1
-                        delays.append((evs[-1][1] - at) * 1000.0)
+                if d is not None:
+                    delays += d
+                    missing += miss
+                    out_of_order += ooo
                 self.log(f"storm {kind:9} trial {trial}: first winner {first_ms:.1f} ms, last winner {last_ms:.1f} ms,"
-                         f" {len(pings)} pings (median {median(pings) or 0:.2f} ms)")
-        obs.close()
+                         f" {len(pings)} pings (median {median(pings) or 0:.2f} ms)"
+                         + (f", observer delay p50 {median(d):.2f} p99 {pct(d, 99):.2f} ms, missing {miss}" if d else ""))
         # Round trips during a grant load.
         load_pings = []
         stop = threading.Event()
@@ -386,7 +417,7 @@ def report(runs):
                      f"{'yes' if x is not None and x <= 2 else 'NO'} |")
         obs = ex.get("observer")
         if obs:
-            t.append(f"| — | observers: every change heard, in term order; p99 delay ≤ 10 ms | missing {obs['missing']}, "
+            t.append(f"| — | observers: every change heard, in term order; p99 delay (commit → arrival) ≤ 10 ms | missing {obs['missing']}, "
                      f"out of order {obs['out_of_order']}, p50 {f1(obs['delays_ms_p50'])} ms, p99 {f1(obs['delays_ms_p99'])} ms, "
                      f"max {f1(obs['delays_ms_max'])} ms (n={obs['n']}) | "
                      f"{'yes' if obs['missing'] == 0 and obs['out_of_order'] == 0 and (obs['delays_ms_p99'] or 0) <= 10 else 'NO'} |")

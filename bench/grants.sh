@@ -5,8 +5,9 @@
 #
 # Like run.sh: installs and builds like test/all.sh (LE_PG_BIN selects the
 # PostgreSQL installation, BENCH_PORT the port), starts a throwaway cluster
-# with the library preloaded, fsync and synchronous_commit on and 300
-# connections (the storm needs 250 candidates at once), installs the
+# with the library preloaded, fsync and synchronous_commit on, 300
+# connections (the storm needs 250 candidates at once) and commit
+# timestamps (the observers' delay is counted from the commit), installs the
 # extension and the reference protocols, runs bench/grants.py, removes the
 # cluster.  The report goes to stdout; --json keeps the raw results, which
 # `grants.py --render BEFORE.json AFTER.json` turns into one report.
@@ -28,6 +29,6 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 if [ -n "${BENCH_PORT:-}" ]; then le_free_port() { echo "$BENCH_PORT"; }; fi
 bench_prepare "${build[@]}"
 trap bench_cluster_stop EXIT
-BENCH_EXTRA_CONF=("max_connections = 300")
+BENCH_EXTRA_CONF=("max_connections = 300" "track_commit_timestamp = on")
 bench_cluster_start
 PATH="$LE_PG_BIN:$PATH" "$BENCH_PY" "$BENCH_DIR/grants.py" "${args[@]}"
