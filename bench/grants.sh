@@ -26,7 +26,6 @@ while [ $# -gt 0 ]; do
 done
 
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
-if [ -n "${BENCH_PORT:-}" ]; then le_free_port() { echo "$BENCH_PORT"; }; fi
 bench_prepare "${build[@]}"
 trap bench_cluster_stop EXIT
 BENCH_EXTRA_CONF=("max_connections = 300" "track_commit_timestamp = on")

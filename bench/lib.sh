@@ -10,6 +10,8 @@
 BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=../test/lib/common.sh
 source "$BENCH_DIR/../test/lib/common.sh"
+# BENCH_PORT, if set, is the port of the cluster (else a free one).
+if [ -n "${BENCH_PORT:-}" ]; then le_free_port() { echo "$BENCH_PORT"; }; fi
 # psycopg2 is installed for the system interpreter, whatever python3 is on PATH.
 BENCH_PY=/usr/bin/python3
 
