@@ -201,8 +201,10 @@ le_unlock(void)
 
 /*
  * The queue of this database, under the lock; a free queue is claimed, or
- * an idle one of another database (empty, nothing promised, no notifier).
- * -1 if none can be had.
+ * an idle one of another database (empty, nothing promised, no notifier, or
+ * one that never came up: its database was dropped before it connected).
+ * -1 if none can be had.  (A dropped database's queue that still holds
+ * events stays taken until the server restarts.)
  */
 static int
 le_queue_of_database(bool claim)
@@ -215,9 +217,13 @@ le_queue_of_database(bool claim)
 
 		if (q->database == MyDatabaseId)
 			return i;
-		if (idle < 0 && (q->database == InvalidOid ||
-						 (q->state == LE_NOTIFIER_NONE && q->head == q->tail &&
-						  q->reserved == 0)))
+		if (idle < 0 &&
+			(q->database == InvalidOid ||
+			 (q->head == q->tail && q->reserved == 0 &&
+			  (q->state == LE_NOTIFIER_NONE ||
+			   (q->state == LE_NOTIFIER_STARTING &&
+				TimestampDifferenceExceeds(q->starting_since, GetCurrentTimestamp(),
+										   LE_NOTIFIER_START_MS))))))
 			idle = i;
 	}
 	if (!claim || idle < 0)
