@@ -12,7 +12,9 @@
 #
 # Storms: 8 pgbench clients acquiring and releasing 12 names as fast as
 # they can (thousands of changes), and one session holding 16 session-bound
-# leases terminated while 16 candidates wait.  Run with the library
+# leases terminated while 16 candidates wait.  Fallbacks (N2): a transaction
+# with more changes than the queue holds, beside a storm; the notifier
+# terminated.  DROP DATABASE works while a notifier serves the database.  Run with the library
 # preloaded (the notifier sends; checked: the sender is not the granting
 # backend), with notify_delivery = in_transaction, and without preloading
 # (NOTIFY in the granting transaction, as in 1.0).  No timing is asserted:
@@ -206,6 +208,48 @@ ok(defined $l->{pids}{$notifiers}, 'preloaded: the notifier sent the notificatio
 	ok(scalar(check_events($want, \@swapped, 'p')) > 0,
 		'negative control: two events of a name in the wrong order are reported');
 }
+
+# ---- N2: a transaction whose changes do not fit in the queue (1,024) sends
+# them itself, after what is queued, while others keep the notifier busy ----
+$l->{seen} = [];
+$l->{pids} = {};
+my $bulk = le_session($node);
+le_send($bulk, q{
+	BEGIN;
+	SELECT count(*) FILTER (WHERE try_acquire_leader('bx' || i, '1 minute', 'bulk'))
+	  FROM generate_series(1, 1100) i;
+	COMMIT;});
+churn($node, 'bx', 4, 200, '');
+le_collect($bulk);
+le_quit($bulk);
+$want = expected_from_history($node, 'bx');
+hear_all($l, $want);
+@problems = check_events($want, $l->{seen}, 'bx');
+is_deeply(\@problems, [], 'a transaction of 1,100 changes beside a storm: every change heard, in term order')
+  or diag(join("\n", @problems[0 .. ($#problems < 9 ? $#problems : 9)]));
+
+# ---- N2: the notifier terminated; the next change starts another, and
+# nothing queued is lost ----
+$l->{seen} = [];
+$notifiers = $node->safe_psql('postgres',
+	q{SELECT pid FROM pg_stat_activity WHERE backend_type = 'leader_election notifier'});
+$node->safe_psql('postgres', "SELECT pg_terminate_backend($notifiers, 60000)") if $notifiers;
+churn($node, 'tx', 4, 100, '');
+$want = expected_from_history($node, 'tx');
+hear_all($l, $want);
+@problems = check_events($want, $l->{seen}, 'tx');
+is_deeply(\@problems, [], 'after the notifier was terminated: every change heard, in term order')
+  or diag(join("\n", @problems[0 .. ($#problems < 9 ? $#problems : 9)]));
+
+# ---- the notifier never keeps DROP DATABASE from working ----
+$node->safe_psql('postgres', 'CREATE DATABASE le_drop');
+$node->safe_psql('le_drop', 'CREATE EXTENSION leader_election');
+$node->safe_psql('le_drop', q{SELECT try_acquire_leader('d', '1 minute', 'x')});
+ok(le_poll($node, q{SELECT count(*) = 1 FROM pg_stat_activity
+	WHERE backend_type = 'leader_election notifier' AND datname = 'le_drop'}),
+	'a notifier serves the second database');
+$node->safe_psql('postgres', 'DROP DATABASE le_drop');
+pass('DROP DATABASE succeeds while its notifier was running');
 
 # ---- in_transaction, mixed with the notifier in one storm ----
 $l->{seen} = [];
