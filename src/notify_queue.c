@@ -57,6 +57,10 @@
  * N3  The administrator's name functions send their NOTIFY in SQL
  *     (pg_notify); admin_change_begin first moves every queued event into
  *     that transaction (le_notify_flush_into_transaction), so N1 holds.
+ *     That transaction then holds the sender lock to its end: the notifier
+ *     and transactions that send their own events wait for it (a deadlock
+ *     with one of them, should the admin transaction go on to wait for its
+ *     locks, is found by the deadlock detector).
  *
  * Without preloading there is no shared memory: events are sent with
  * NOTIFY in the granting transaction, as in 1.0.  A standby grants nothing
