@@ -7,6 +7,7 @@
 #                                they share test/regress_helpers.sql
 #   test/specs, test/expected    isolation specs (ISOLATION)
 #   test/t/*.pl                  TAP tests (PostgreSQL::Test::Cluster)
+#   test/metrics                 postgres_exporter queries, Prometheus alerts
 #
 # `make installcheck` runs all three against an installed extension; the
 # regression and isolation suites need a running server (test/all.sh starts

@@ -17,7 +17,7 @@ CREATE EXTENSION pageinspect;
 CREATE ROLE regress_le_victim;
 CREATE ROLE regress_le_attacker;
 GRANT EXECUTE ON FUNCTION try_acquire_leader(text, interval, text), am_leader(text, text),
-      release_leader(text, text), wait_for_leadership(text, interval, interval, text),
+      release_leader(text, text, text), wait_for_leadership(text, interval, interval, text, integer),
       leader_term(text, text), assert_leader(text, bigint, text), current_leader(text)
    TO regress_le_victim, regress_le_attacker;
 GRANT USAGE ON SCHEMA leader_election TO regress_le_victim, regress_le_attacker;
@@ -75,7 +75,7 @@ RESET ROLE;
 TRUNCATE leader_election.leases, leader_election.history;
 REVOKE ALL ON SCHEMA leader_election FROM regress_le_victim, regress_le_attacker;
 REVOKE ALL ON FUNCTION try_acquire_leader(text, interval, text), am_leader(text, text),
-      release_leader(text, text), wait_for_leadership(text, interval, interval, text),
+      release_leader(text, text, text), wait_for_leadership(text, interval, interval, text, integer),
       leader_term(text, text), assert_leader(text, bigint, text), current_leader(text)
    FROM regress_le_victim, regress_le_attacker;
 DROP ROLE regress_le_victim, regress_le_attacker;

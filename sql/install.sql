@@ -138,7 +138,10 @@ SELECT name, setting, context, vartype
 -- adopted; the install fails instead.
 DROP EXTENSION leader_election;
 CREATE SCHEMA leader_election;
+-- (terse: PostgreSQL 18 adds the script's line as CONTEXT)
+\set VERBOSITY terse
 CREATE EXTENSION leader_election;
+\set VERBOSITY default
 DROP SCHEMA leader_election;
 -- CREATE EXTENSION ... SCHEMA puts the API there (state stays in
 -- leader_election); it cannot move afterwards: not relocatable.

@@ -14,6 +14,18 @@
 
 \echo Use "ALTER EXTENSION leader_election UPDATE TO '1.1'" to load this file. \quit
 
+/*
+ * The update runs while the extension is in use (test/t/061_live_upgrade.pl).
+ * It takes its strong locks first, in the order sessions take them: a task
+ * worker reads its task, then touches the lease, its history and its run;
+ * applications touch the lease, then its history.  So the update waits for
+ * the transactions in flight instead of deadlocking with one of them.
+ * Sessions asleep in wait_for_leadership() hold no lock (src/lease.c) and
+ * do not hold it up.
+ */
+LOCK TABLE leader_election.tasks, leader_election.leases, leader_election.history,
+    leader_election.task_runs IN ACCESS EXCLUSIVE MODE;
+
 -- ===================================================================
 -- Issue 11: safety at the edges
 -- ===================================================================
@@ -368,3 +380,280 @@ CREATE FUNCTION leader_election.alter_task(name text,
 COMMENT ON FUNCTION leader_election.alter_task(text, pg_catalog.regprocedure, interval, interval) IS
     'Change a task''s procedure, run_every or ttl in place (NULL keeps a value), with the checks of register_task; false if there is no such task';
 REVOKE ALL ON FUNCTION leader_election.alter_task(text, pg_catalog.regprocedure, interval, interval) FROM PUBLIC;
+
+-- ===================================================================
+-- Issue 15: leader info, hand-over, moving a leader, priorities
+--
+-- README, "API reference" and "Hand-over, moving a leader, priorities".
+-- Functions whose arguments or result columns change (release_leader,
+-- wait_for_leadership, current_leader) are renamed out of the way, created
+-- anew, given the EXECUTE grants the old ones had, and then dropped: a
+-- function's signature cannot be changed in place.
+-- ===================================================================
+
+/*
+ * What the leader of a term published (set_leader_info).  One row per name;
+ * it belongs to the term `term` (begun at acquired_at) only: once the lease
+ * has another term or no holder, the row is stale and nothing shows it
+ * (current_leader and the leaders view join on the lease's current term and
+ * its start, so a term number used again after the term counter was moved
+ * back does not bring old info back).  So any change of holder clears the
+ * info without a write.  Row-level security with no policy:
+ * only the table owner reads it; everyone else sees a name's info through
+ * current_leader and the view, with their checks.
+ */
+CREATE TABLE leader_election.leader_info (
+    name       text COLLATE "C" NOT NULL,
+    term       bigint NOT NULL,
+    acquired_at timestamptz NOT NULL,
+    info       jsonb NOT NULL,
+    updated_at timestamptz NOT NULL,
+    CONSTRAINT leader_info_pkey PRIMARY KEY (name)
+);
+COMMENT ON TABLE leader_election.leader_info IS
+    'The document the holder of term "term" of a name published with set_leader_info; stale (shown nowhere) once the lease has another term or no holder';
+REVOKE ALL ON TABLE leader_election.leader_info FROM PUBLIC;
+ALTER TABLE leader_election.leader_info ENABLE ROW LEVEL SECURITY;
+
+/*
+ * Reservations made by a hand-over (release_leader with a successor) or a
+ * move (move_leader): while the lease still has the ended term `term`, no
+ * holder, the expiry ended_at the end gave it, and reserved_until has not
+ * passed, only `successor` may take it, or, without a successor (a move),
+ * anyone but `previous_holder`.  A later term makes the row stale.  Not
+ * dumped: it lasts one ttl.
+ */
+CREATE TABLE leader_election.handovers (
+    name            text COLLATE "C" NOT NULL,
+    term            bigint NOT NULL,
+    previous_holder text COLLATE "C" NOT NULL,
+    ended_at        timestamptz NOT NULL,
+    successor       text COLLATE "C",
+    reason          text NOT NULL,
+    reserved_until  timestamptz NOT NULL,
+    CONSTRAINT handovers_pkey PRIMARY KEY (name),
+    CONSTRAINT handovers_reason CHECK
+        (reason OPERATOR(pg_catalog.=) ANY (ARRAY['handed_over', 'moved']::pg_catalog.text[]))
+);
+COMMENT ON TABLE leader_election.handovers IS
+    'Hand-overs and moves: while the lease is still in the ended term, without holder, before reserved_until, only successor may take it (without successor: anyone but previous_holder)';
+REVOKE ALL ON TABLE leader_election.handovers FROM PUBLIC;
+ALTER TABLE leader_election.handovers ENABLE ROW LEVEL SECURITY;
+
+-- A term ended by move_leader says so in history.
+ALTER TABLE leader_election.history DROP CONSTRAINT history_end_reason;
+ALTER TABLE leader_election.history ADD CONSTRAINT history_end_reason CHECK
+    (end_reason OPERATOR(pg_catalog.=) ANY (ARRAY['released', 'expired', 'session_ended', 'moved']::pg_catalog.text[]));
+COMMENT ON TABLE leader_election.history IS
+    'One row per term: who held it, when it began and how it ended (released, expired, session_ended, moved); ended_at is NULL while the term is current or until the next takeover notices its end';
+
+CREATE FUNCTION @extschema@.set_leader_info(name text, info jsonb, holder text DEFAULT NULL)
+    RETURNS boolean
+    AS 'MODULE_PATHNAME', 'set_leader_info'
+    LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION @extschema@.set_leader_info(text, jsonb, text) IS
+    'The valid holder publishes a small JSON document (address, version, ...) shown by current_leader and leader_election.leaders until the holder changes; NULL clears it; false if the caller does not validly hold the lease';
+REVOKE ALL ON FUNCTION @extschema@.set_leader_info(text, jsonb, text) FROM PUBLIC;
+
+CREATE FUNCTION leader_election.move_leader(name text, successor text DEFAULT NULL)
+    RETURNS boolean
+    AS 'MODULE_PATHNAME', 'move_leader'
+    LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION leader_election.move_leader(text, text) IS
+    'The name''s owner (or a superuser) ends the current holder''s term (end reason moved) and reserves the lease for one ttl: for successor, or without one for anyone but the moved holder; false if nobody holds it';
+REVOKE ALL ON FUNCTION leader_election.move_leader(text, text) FROM PUBLIC;
+
+ALTER FUNCTION @extschema@.release_leader(text, text)
+    RENAME TO le_1_0_release_leader;
+CREATE FUNCTION @extschema@.release_leader(name text, holder text DEFAULT NULL,
+                                          successor text DEFAULT NULL)
+    RETURNS boolean
+    AS 'MODULE_PATHNAME', 'release_leader'
+    LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION @extschema@.release_leader(text, text, text) IS
+    'Give up the caller''s lease (valid or not), keeping the row and its term; with a successor, reserve it for that holder for one ttl; true if something was released';
+REVOKE ALL ON FUNCTION @extschema@.release_leader(text, text, text) FROM PUBLIC;
+
+ALTER FUNCTION @extschema@.wait_for_leadership(text, interval, interval, text)
+    RENAME TO le_1_0_wait_for_leadership;
+CREATE FUNCTION @extschema@.wait_for_leadership(name text, ttl interval,
+                                               timeout interval DEFAULT NULL,
+                                               holder text DEFAULT NULL,
+                                               priority integer DEFAULT 0)
+    RETURNS boolean
+    AS 'MODULE_PATHNAME', 'wait_for_leadership'
+    LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION @extschema@.wait_for_leadership(text, interval, interval, text, integer) IS
+    'Block until the lease is acquired (true) or the timeout passes (false); wakes the moment the lease frees up; among waiters the highest priority, then the longest waiting, wins';
+REVOKE ALL ON FUNCTION @extschema@.wait_for_leadership(text, interval, interval, text, integer) FROM PUBLIC;
+
+ALTER FUNCTION @extschema@.current_leader(text)
+    RENAME TO le_1_0_current_leader;
+CREATE FUNCTION @extschema@.current_leader(name text)
+    RETURNS TABLE (holder text, term bigint, acquired_at timestamptz,
+                   renewed_at timestamptz, expires_at timestamptz,
+                   session_bound boolean, pid integer, role name,
+                   application_name text, client_addr inet, info jsonb)
+    AS 'MODULE_PATHNAME', 'current_leader'
+    LANGUAGE C VOLATILE PARALLEL UNSAFE ROWS 1;
+COMMENT ON FUNCTION @extschema@.current_leader(text) IS
+    'Who validly holds the lease now, and what it published (info); no row if nobody does';
+REVOKE ALL ON FUNCTION @extschema@.current_leader(text) FROM PUBLIC;
+
+/*
+ * The new functions get the EXECUTE grants of the ones they replace (roles
+ * the administrator granted them to keep working after the update), then
+ * the old ones go.  A role's own objects that depend on an old function
+ * (a SQL-standard function body calling it) make the DROP, and so the
+ * update, fail with a message naming them.
+ */
+DO $le_carry_grants$
+DECLARE
+    ext_schema oid;
+    old_fn record;
+    new_fn pg_catalog.regprocedure;
+    grantee text;
+BEGIN
+    SELECT e.extnamespace INTO ext_schema
+      FROM pg_catalog.pg_extension AS e
+     WHERE e.extname OPERATOR(pg_catalog.=) 'leader_election';
+    FOR old_fn IN
+        SELECT p.oid, p.proacl, p.proowner,
+               pg_catalog.substr(p.proname, 8) AS new_name
+          FROM pg_catalog.pg_proc AS p
+         WHERE p.pronamespace OPERATOR(pg_catalog.=) ext_schema
+           AND p.proname OPERATOR(pg_catalog.=) ANY
+               (ARRAY['le_1_0_release_leader', 'le_1_0_wait_for_leadership',
+                      'le_1_0_current_leader']::pg_catalog.name[])
+    LOOP
+        SELECT p.oid::pg_catalog.regprocedure INTO new_fn
+          FROM pg_catalog.pg_proc AS p
+         WHERE p.pronamespace OPERATOR(pg_catalog.=) ext_schema
+           AND p.proname OPERATOR(pg_catalog.=) old_fn.new_name;
+        FOR grantee IN
+            SELECT DISTINCT pg_catalog.quote_ident(r.rolname)
+              FROM pg_catalog.aclexplode(old_fn.proacl) AS a
+              JOIN pg_catalog.pg_roles AS r ON r.oid OPERATOR(pg_catalog.=) a.grantee
+             WHERE a.privilege_type OPERATOR(pg_catalog.=) 'EXECUTE'
+               AND a.grantee OPERATOR(pg_catalog.<>) old_fn.proowner
+        LOOP
+            EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION %s TO %s',
+                                      new_fn::pg_catalog.text, grantee);
+        END LOOP;
+        EXECUTE pg_catalog.format('DROP FUNCTION %s',
+                                  old_fn.oid::pg_catalog.regprocedure::pg_catalog.text);
+    END LOOP;
+END
+$le_carry_grants$;
+
+/*
+ * The leaders view gains info (its last column, so SELECTs naming columns
+ * keep working).  Dropped and created again with the 1.1 settings above.
+ */
+DROP VIEW leader_election.leaders;
+CREATE VIEW leader_election.leaders WITH (security_barrier = true) AS
+SELECT l.name,
+       l.holder,
+       l.term,
+       l.acquired_at,
+       l.renewed_at,
+       l.expires_at,
+       v.valid,
+       (l.session_pid IS NOT NULL) AS session_bound,
+       l.holder_pid,
+       l.holder_role,
+       l.application_name,
+       l.client_addr,
+       CASE WHEN v.valid
+            THEN pg_catalog.date_part('epoch', l.expires_at OPERATOR(pg_catalog.-) pg_catalog.clock_timestamp())
+       END AS seconds_left,
+       leader_election.waiting_candidates(l.name) AS waiting_candidates,
+       l.owner,
+       i.info
+  FROM leader_election.leases AS l
+ CROSS JOIN LATERAL (SELECT leader_election.lease_is_valid(l.holder, l.expires_at,
+                                                          l.session_pid, l.session_start) AS valid) AS v
+  LEFT JOIN leader_election.leader_info AS i
+         ON i.name OPERATOR(pg_catalog.=) l.name
+        AND i.term OPERATOR(pg_catalog.=) l.term
+        AND i.acquired_at OPERATOR(pg_catalog.=) l.acquired_at
+        AND l.holder IS NOT NULL
+ WHERE pg_catalog.pg_has_role(l.owner, 'USAGE');
+COMMENT ON VIEW leader_election.leaders IS
+    'One row per lease name owned by the caller''s roles: holder, term, times, validity now, who holds it, seconds left, waiting candidates, what the holder published (info)';
+GRANT SELECT ON leader_election.leaders TO PUBLIC;
+
+-- ===================================================================
+-- Issue 15: counters (leader_election.stats)
+--
+-- Counters per database since the last reset, kept in shared memory
+-- (src/stats.c says what is counted and when).  Without
+-- shared_preload_libraries nothing is counted and the view is empty.
+-- Readable by superusers and pg_monitor (the counters sum every role's
+-- names, so they are not for PUBLIC); stats_reset() by superusers and roles
+-- granted EXECUTE on it.
+-- ===================================================================
+
+CREATE FUNCTION leader_election.stats_read(
+        OUT datid pg_catalog.oid,
+        OUT grants bigint, OUT renewals bigint, OUT releases bigint,
+        OUT takeovers_expired bigint, OUT takeovers_session_ended bigint,
+        OUT moves bigint, OUT losing_tries bigint, OUT fence_rejections bigint,
+        OUT waits bigint, OUT wakeups bigint,
+        OUT stats_reset timestamptz)
+    RETURNS SETOF record
+    AS 'MODULE_PATHNAME', 'le_stats_read'
+    LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION leader_election.stats_read() IS
+    'The counters of every database that counted something since the server started (the view leader_election.stats)';
+REVOKE ALL ON FUNCTION leader_election.stats_read() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION leader_election.stats_read() TO pg_monitor;
+
+CREATE VIEW leader_election.stats WITH (security_barrier) AS
+    SELECT s.datid, d.datname, s.grants, s.renewals, s.releases,
+           s.takeovers_expired, s.takeovers_session_ended, s.moves,
+           s.losing_tries, s.fence_rejections, s.waits, s.wakeups,
+           s.stats_reset
+      FROM leader_election.stats_read() AS s
+      LEFT JOIN pg_catalog.pg_database AS d
+        ON d.oid OPERATOR(pg_catalog.=) s.datid;
+COMMENT ON VIEW leader_election.stats IS
+    'Counters of leader election per database since the last reset (outcomes counted at commit, events when they happen); empty without shared_preload_libraries';
+REVOKE ALL ON leader_election.stats FROM PUBLIC;
+GRANT SELECT ON leader_election.stats TO pg_monitor;
+
+CREATE FUNCTION leader_election.stats_reset()
+    RETURNS void
+    AS 'MODULE_PATHNAME', 'le_stats_reset'
+    LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION leader_election.stats_reset() IS
+    'Zero the current database''s counters in leader_election.stats';
+REVOKE ALL ON FUNCTION leader_election.stats_reset() FROM PUBLIC;
+
+-- ===================================================================
+-- Issue 16: release 1.1
+-- ===================================================================
+
+/*
+ * tasks.procedure becomes the procedure's signature as text, its schema
+ * and argument types qualified (app.rollup(bigint)); register_task and
+ * alter_task still take a regprocedure.  pg_upgrade refuses any table with
+ * a regprocedure column (it does not keep the OIDs of functions), so a
+ * database with 1.0's column could not be upgraded to a new major.  The
+ * conversion writes each signature as register_task does (schema and name
+ * quoted, the argument types as format_type prints them); a procedure
+ * dropped since keeps its OID, which resolves to nothing, and its task is
+ * disabled with the reason.
+ */
+ALTER TABLE leader_election.tasks ALTER COLUMN procedure TYPE pg_catalog.text
+    USING procedure::pg_catalog.oid::pg_catalog.text;
+UPDATE leader_election.tasks AS t
+   SET procedure = pg_catalog.quote_ident(n.nspname) OPERATOR(pg_catalog.||) '.'
+                   OPERATOR(pg_catalog.||) pg_catalog.quote_ident(p.proname)
+                   OPERATOR(pg_catalog.||) '(' OPERATOR(pg_catalog.||)
+                   pg_catalog.oidvectortypes(p.proargtypes) OPERATOR(pg_catalog.||) ')'
+  FROM pg_catalog.pg_proc AS p, pg_catalog.pg_namespace AS n
+ WHERE p.oid OPERATOR(pg_catalog.=) t.procedure::pg_catalog.oid
+   AND n.oid OPERATOR(pg_catalog.=) p.pronamespace;
+COMMENT ON COLUMN leader_election.tasks.procedure IS
+    'The procedure the runner CALLs: its signature, schema and argument types qualified; resolved at every scan, so renaming or dropping it disables the task';

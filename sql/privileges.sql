@@ -27,7 +27,7 @@ CREATE ROLE regress_le_a_member IN ROLE regress_le_a;   -- inherits regress_le_a
 -- What an administrator does (README): grant EXECUTE on the API, and USAGE
 -- on the state schema for monitoring.
 GRANT EXECUTE ON FUNCTION try_acquire_leader(text, interval, text), am_leader(text, text),
-      release_leader(text, text), wait_for_leadership(text, interval, interval, text),
+      release_leader(text, text, text), wait_for_leadership(text, interval, interval, text, integer),
       leader_term(text, text), assert_leader(text, bigint, text), current_leader(text)
    TO regress_le_a, regress_le_b, regress_le_a_member;
 GRANT USAGE ON SCHEMA leader_election TO regress_le_a, regress_le_b, regress_le_a_member;
@@ -175,7 +175,7 @@ TRUNCATE leader_election.leases, leader_election.history;
 ALTER SEQUENCE leader_election.terms RESTART;
 REVOKE ALL ON SCHEMA leader_election FROM regress_le_a, regress_le_b, regress_le_a_member;
 REVOKE ALL ON FUNCTION try_acquire_leader(text, interval, text), am_leader(text, text),
-      release_leader(text, text), wait_for_leadership(text, interval, interval, text),
+      release_leader(text, text, text), wait_for_leadership(text, interval, interval, text, integer),
       leader_term(text, text), assert_leader(text, bigint, text), current_leader(text)
    FROM regress_le_a, regress_le_b, regress_le_a_member;
 DROP ROLE regress_le_a_member, regress_le_a, regress_le_b, regress_le_noexec;

@@ -32,7 +32,7 @@ CREATE ROLE regress_le_reader;
 GRANT pg_read_all_data TO regress_le_reader;
 -- Exactly the README's grants.
 GRANT EXECUTE ON FUNCTION try_acquire_leader(text, interval, text), am_leader(text, text),
-      release_leader(text, text), wait_for_leadership(text, interval, interval, text),
+      release_leader(text, text, text), wait_for_leadership(text, interval, interval, text, integer),
       leader_term(text, text), assert_leader(text, bigint, text), current_leader(text)
    TO regress_le_victim, regress_le_mallory;
 GRANT USAGE ON SCHEMA leader_election TO regress_le_victim, regress_le_mallory;
@@ -230,6 +230,7 @@ SELECT name, owner::regrole FROM leader_election.leases WHERE name = 'leaver-nam
 -- the OID).
 CREATE ROLE regress_le_tasker LOGIN;
 CREATE PROCEDURE public.regress_le_noop() LANGUAGE sql AS 'SELECT 1';
+ALTER PROCEDURE public.regress_le_noop() OWNER TO regress_le_tasker;
 GRANT EXECUTE ON FUNCTION leader_election.register_task(text, regprocedure, interval, interval),
       leader_election.unregister_task(text) TO regress_le_tasker;
 SET ROLE regress_le_tasker;
@@ -257,8 +258,10 @@ RESET ROLE;
 REVOKE ALL ON FUNCTION leader_election.register_task(text, regprocedure, interval, interval),
       leader_election.unregister_task(text) FROM regress_le_tasker;
 DELETE FROM leader_election.task_runs WHERE task_name = 'leaver-task';
-DROP ROLE regress_le_tasker;
+-- register_task made the task's name the role's: hand it over too.
+SELECT leader_election.assign_name('leaver-task', 'regress_le_victim') AS task_name_handed_over;
 DROP PROCEDURE public.regress_le_noop();
+DROP ROLE regress_le_tasker;
 
 -- Clean up.
 DROP FUNCTION pg_temp.leak(text[]);
@@ -268,7 +271,7 @@ REVOKE ALL ON FUNCTION leader_election.assign_name(text, regrole),
    FROM regress_le_name_admin;
 REVOKE ALL ON SCHEMA leader_election FROM regress_le_victim, regress_le_mallory;
 REVOKE ALL ON FUNCTION try_acquire_leader(text, interval, text), am_leader(text, text),
-      release_leader(text, text), wait_for_leadership(text, interval, interval, text),
+      release_leader(text, text, text), wait_for_leadership(text, interval, interval, text, integer),
       leader_term(text, text), assert_leader(text, bigint, text), current_leader(text)
    FROM regress_le_victim, regress_le_mallory;
 DROP ROLE regress_le_victim, regress_le_mallory, regress_le_name_admin, regress_le_reader;

@@ -128,8 +128,10 @@ le_shmem_request(void)
 #endif
 	RequestAddinShmemSpace(le_wakeup_shmem_size());
 	RequestAddinShmemSpace(le_cache_shmem_size());
+	RequestAddinShmemSpace(le_waiters_shmem_size());
 	RequestAddinShmemSpace(le_task_shmem_size());
 	RequestAddinShmemSpace(le_notify_shmem_size());
+	RequestAddinShmemSpace(le_stats_shmem_size());
 }
 
 static void
@@ -139,8 +141,10 @@ le_shmem_startup(void)
 		prev_shmem_startup_hook();
 	le_wakeup_shmem_init();
 	le_cache_shmem_init();
+	le_waiters_shmem_init();
 	le_task_shmem_init();
 	le_notify_shmem_init();
+	le_stats_shmem_init();
 }
 
 void
@@ -172,5 +176,6 @@ _PG_init(void)
 	le_cache_register_callbacks();
 	le_commit_register_callbacks();
 	le_notify_register_callbacks();
+	le_stats_register_callbacks();
 	le_role_guard_install();
 }

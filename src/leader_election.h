@@ -16,10 +16,14 @@
  *	  name_admin.c       the administrator's functions for names (C half)
  *	  role_guard.c       DROP ROLE refuses roles that own names or tasks
  *	  wakeup.c           waking waiters; per-transaction bookkeeping
+ *	  waiters.c          the waiting candidates of each name, with their priorities
+ *	  leader_info.c      what a leader publishes about itself (set_leader_info)
+ *	  handover.c         reservations made by a hand-over or a move
  *	  notify_queue.c     NOTIFY of changes of leader, sent by a notifier worker
  *	  task_registry.c    the task runner: registering tasks and their checks
  *	  task_launcher.c    the task runner: launcher, settings, shared memory
  *	  task_worker.c      the task runner: one task's worker
+ *	  stats.c            counters per database: the view leader_election.stats
  *
  * The task runner's own declarations and design are in task_runner.h.
  *
@@ -109,23 +113,26 @@ typedef enum LeEndReason
 {
 	LE_END_RELEASED,
 	LE_END_EXPIRED,
-	LE_END_SESSION_ENDED
+	LE_END_SESSION_ENDED,
+	LE_END_MOVED
 } LeEndReason;
 
-/* What a NOTIFY payload says (notify_queue.c). */
-typedef enum LeNotifyEventKind
+/*
+ * The reservation a hand-over (release_leader with a successor) or a move
+ * (move_leader) leaves on the ended term; rules in handover.c.
+ */
+typedef struct LeHandover
 {
-	LE_EVENT_ELECTED,
-	LE_EVENT_RELEASED
-} LeNotifyEventKind;
+	int64		term;			/* the ended term it belongs to */
+	char	   *previous_holder;	/* who held that term */
+	char	   *successor;		/* only this holder may take it, or NULL */
+	bool		moved;			/* a move (else a hand-over) */
+	TimestampTz ended_at;		/* the expiry the end gave the lease */
+	TimestampTz reserved_until;
+} LeHandover;
 
-typedef enum LeNotifyReason
-{
-	LE_REASON_NONE,				/* a new name */
-	LE_REASON_RELEASED,
-	LE_REASON_EXPIRED,
-	LE_REASON_SESSION_ENDED
-} LeNotifyReason;
+/* Most bytes of the text form of a leader's info (leader_info.c). */
+#define LE_MAX_INFO_BYTES		4096
 
 /* leader_election.notify_delivery */
 typedef enum LeNotifyDelivery
@@ -161,6 +168,7 @@ extern void le_store_read(const char *name, LeaseRow *row);
 extern void le_store_read_for_answer(const char *name, LeaseRow *row);
 extern void le_store_read_row_for_answer(const char *name, LeaseRow *row);
 extern LeRowLock le_store_lock_row(const char *name, bool for_takeover);
+extern void le_store_reserve(const char *name);
 extern void le_store_insert(const char *name, const LeIdentity *who,
 							int64 term, TimestampTz now, TimestampTz expires);
 extern bool le_store_renew(const char *name, const LeaseRow *row,
@@ -190,6 +198,14 @@ extern void le_history_begin(const char *name, int64 term,
 							 TimestampTz at);
 extern void le_history_end(const char *name, int64 term, TimestampTz at,
 						   LeEndReason reason);
+extern void le_store_set_info(const char *name, int64 term,
+							  TimestampTz acquired_at, Datum info, bool clear,
+							  TimestampTz now);
+extern char *le_store_read_info(const char *name, int64 term,
+								TimestampTz acquired_at);
+extern void le_store_set_handover(const char *name, const LeHandover *h);
+extern bool le_store_read_handover(const char *name, int64 term,
+								   TimestampTz ended_at, LeHandover *h);
 
 /* terms.c */
 extern int64 le_next_term(const char *name, int64 old_term);
@@ -214,10 +230,40 @@ extern bool le_lease_valid(const LeaseRow *row, TimestampTz now);
 extern bool le_try_acquire(const char *name, int64 ttl_usecs,
 						   const LeIdentity *who, TimestampTz *retry_at);
 extern void le_lock_name_writer(const char *name);
+extern void le_claim_name(const char *name);
 extern bool le_try_acquire_in_statement(const char *name, int64 ttl_usecs,
 										const LeIdentity *who);
 extern bool le_release_term(const char *name, const LeIdentity *who,
 							int64 term);
+extern void le_check_owner(const char *name, const LeaseRow *row);
+extern void le_unlock_name_writer(const char *name);
+extern bool le_holds_valid_lease(const LeaseRow *row, const LeIdentity *who,
+								 TimestampTz now);
+
+/* leader_info.c */
+extern char *le_leader_info(const char *name, const LeaseRow *row);
+
+/* handover.c */
+extern void le_handover_reserve(const char *name, const LeaseRow *ended,
+								const char *successor, bool moved,
+								TimestampTz now);
+typedef enum LeReservation
+{
+	LE_RESERVATION_NONE,		/* none in force: anyone may take the lease */
+	LE_RESERVATION_FOR_ME,		/* in force, and the caller is the successor */
+	LE_RESERVATION_BARS_ME		/* in force, and the caller may not take it */
+} LeReservation;
+extern LeReservation le_handover_check(const char *name, const LeaseRow *row,
+									   const LeIdentity *who, TimestampTz now,
+									   LeHandover *h);
+extern char *le_checked_optional_successor(FunctionCallInfo fcinfo, int argno);
+
+/* waiters.c */
+extern Size le_waiters_shmem_size(void);
+extern void le_waiters_shmem_init(void);
+extern void le_waiter_register(const char *name, int32 priority);
+extern void le_waiter_unregister(bool acquired);
+extern bool le_waiter_outranked(const char *name);
 
 /* commit_rules.c */
 extern void le_commit_note_write(const char *name, TimestampTz expires_at);
@@ -238,15 +284,43 @@ extern void le_wait_attempt(void);
 extern void le_wait_sleep(TimestampTz until);
 extern void le_wait_end(void);
 extern int32 le_waiting_candidates(const char *name);
+extern void le_wake_waiters_now(const char *name);
+
+/*
+ * stats.c: what is counted.  Outcomes (up to LE_STAT_MOVES) count at commit,
+ * events when they happen; the order is the view's column order.
+ * LE_STAT_MOVES is for move_leader: le_stats_count(LE_STAT_MOVES) where the
+ * move is written.
+ */
+typedef enum LeStat
+{
+	LE_STAT_GRANTS,
+	LE_STAT_RENEWALS,
+	LE_STAT_RELEASES,
+	LE_STAT_TAKEOVERS_EXPIRED,
+	LE_STAT_TAKEOVERS_SESSION_ENDED,
+	LE_STAT_MOVES,
+	LE_STAT_LOSING_TRIES,
+	LE_STAT_FENCE_REJECTIONS,
+	LE_STAT_WAITS,
+	LE_STAT_WAKEUPS,
+	LE_STAT_COUNT
+} LeStat;
+
+/* stats.c */
+extern Size le_stats_shmem_size(void);
+extern void le_stats_shmem_init(void);
+extern void le_stats_register_callbacks(void);
+extern void le_stats_count(LeStat kind);
 
 /* notify_queue.c */
 extern int	le_notify_delivery;
 extern Size le_notify_shmem_size(void);
 extern void le_notify_shmem_init(void);
 extern void le_notify_register_callbacks(void);
-extern void le_notify_change(const char *name, LeNotifyEventKind event,
-							 const char *holder, int64 term,
-							 LeNotifyReason reason);
+extern void le_notify(const char *name, const char *event, const char *holder,
+					  int64 term, const char *reason, const char *info,
+					  const char *successor);
 extern void le_notify_flush_into_transaction(void);
 
 /* role_guard.c */

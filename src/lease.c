@@ -57,20 +57,52 @@
  *
  * I7  A losing try never waits: an answer of "no" (a valid lease held by
  *     someone else) takes no lock and writes nothing.  Waits happen only
- *     where the caller has a claim: release_leader and the valid holder's
- *     renewal wait for the name's writer lock (held by a sibling renewing
- *     under the same holder, or by a candidate for an instant), and a role's
- *     first uses of new names take turns while max_names_per_role is set.
+ *     where the caller has a claim: release_leader, set_leader_info,
+ *     move_leader and the valid holder's renewal wait for the name's writer
+ *     lock (held by a sibling renewing under the same holder, or by a
+ *     candidate for an instant), so does a waiting successor the lease is
+ *     reserved for (I9) while other waiters are ranked with it (I10), and a
+ *     role's first uses of new names take turns while max_names_per_role is
+ *     set.
  *
- * I8  A name belongs to the role that first used it; other roles (unless
+ * I8  A name belongs to the role that first used it (a first acquisition,
+ *     register_task's claim, or assign_name); other roles (unless
  *     members of it, or superusers) get 42501 on every function, before
  *     it takes any lock; and no name a role chooses can share another
  *     name's writer lock except by chance (a keyed hash, le_writer_locktag).
  *
- * Every change of leader (a grant, a release) is announced on channel
- * leader_election once its transaction commits, per name in term order
- * (notify_queue.c: N1, N2); the granting transaction itself does not
- * NOTIFY when the library is preloaded.
+ * I9  A hand-over or a move ends the term like a release (holder NULL,
+ *     same term, history end reason released or moved) and, in the same
+ *     transaction under the writer lock, reserves the lease (handover.c):
+ *     while the lease is still in that term, without holder, and before
+ *     reserved_until (the end plus the ended lease's ttl), only the
+ *     successor may take it, or, after a move without successor, anyone but
+ *     the moved holder.  Every takeover of a holderless lease checks the
+ *     reservation under the writer lock, on the state committed at that
+ *     instant, so a barred try answers false (having held the writer lock
+ *     for an instant, without waiting: the one exception to I7's "no
+ *     lock").  A move is a change of holder like any other: from its
+ *     commit on, I3 and I5 make the moved holder's am_leader false and
+ *     assert_leader raise LE001, and I9 makes its next try false.
+ *
+ * I10 Among the sessions blocked in wait_for_leadership for a name, one
+ *     that another outranks (higher priority, or equal priority and
+ *     registered earlier: waiters.c) never takes a free lease: it steps
+ *     aside before taking any lock, unless the lease is reserved for it
+ *     (I9 comes first).  Only waiters take part: try_acquire_leader and the
+ *     task runner do not wait and are not ranked.  Without preloading there
+ *     is no shared memory, so no ranking either.
+ *
+ * I11 Info (set_leader_info) belongs to one term: it is stored with the
+ *     term it was set in and shown only while the lease has that term and
+ *     a holder, so every change of holder (a new term, a release, a move)
+ *     clears it.  Only the valid holder sets it, under the writer lock.
+ *
+ * Every change of leader (a grant, a release, a hand-over, a move) and every
+ * set_leader_info is announced on channel leader_election once its
+ * transaction commits, per name in term order (le_notify, notify_queue.c:
+ * N1, N2); the changing transaction itself does not NOTIFY when the library
+ * is preloaded.
  *
  *-------------------------------------------------------------------------
  */
@@ -89,12 +121,17 @@
 #include "utils/json.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
+#include "utils/resowner.h"
 #include "utils/timestamp.h"
 
 #include "compat.h"
 #include "leader_election.h"
 
+/* How soon a candidate that found the writer lock busy tries again. */
+#define LE_BUSY_RETRY_USECS		(2 * INT64CONST(1000))	/* 2 ms */
+
 PG_FUNCTION_INFO_V1(try_acquire_leader);
+PG_FUNCTION_INFO_V1(move_leader);
 PG_FUNCTION_INFO_V1(am_leader);
 PG_FUNCTION_INFO_V1(release_leader);
 PG_FUNCTION_INFO_V1(wait_for_leadership);
@@ -187,6 +224,25 @@ le_lock_role_names(Oid role)
 	(void) LockAcquire(&tag, ExclusiveLock, false, false);
 }
 
+/*
+ * A new name for the current role: refused (53400) once the role has
+ * max_names_per_role names.  Called with the name's writer lock held.
+ */
+static void
+le_check_names_quota(void)
+{
+	if (le_max_names_per_role <= 0)
+		return;
+	le_lock_role_names(GetUserId());
+	if (le_store_count_names(GetUserId()) >= le_max_names_per_role)
+		ereport(ERROR,
+				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+				 errmsg("role \"%s\" already uses %d lease names",
+						GetUserNameFromId(GetUserId(), false),
+						le_max_names_per_role),
+				 errhint("Reuse a name, or raise leader_election.max_names_per_role.")));
+}
+
 /* I3 */
 bool
 le_lease_valid(const LeaseRow *row, TimestampTz now)
@@ -205,8 +261,16 @@ le_is_mine(const LeaseRow *row, const LeIdentity *who)
 		strcmp(row->holder, who->holder) == 0;
 }
 
+/* Does `who` validly hold the lease `row` shows (I3)? */
+bool
+le_holds_valid_lease(const LeaseRow *row, const LeIdentity *who,
+					 TimestampTz now)
+{
+	return le_is_mine(row, who) && le_lease_valid(row, now);
+}
+
 /* I8 */
-static void
+void
 le_check_owner(const char *name, const LeaseRow *row)
 {
 	Oid			me = GetUserId();
@@ -217,6 +281,28 @@ le_check_owner(const char *name, const LeaseRow *row)
 			(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
 			 errmsg("permission denied for lease \"%s\"", name),
 			 errdetail("The lease name belongs to another role.")));
+}
+
+/*
+ * Make name the current role's without taking its lease (register_task
+ * claims its task's name this way, so that no other role can take the name
+ * between registration and the first run): 42501 if another role owns it
+ * (I8), 53400 if it is new and the role has max_names_per_role names.  A
+ * name the role (or a role it has the privileges of) owns stays as it is.
+ */
+void
+le_claim_name(const char *name)
+{
+	LeaseRow	row;
+
+	(void) le_lock_writer(name, true);
+	le_store_read(name, &row);
+	le_check_owner(name, &row);
+	if (!row.found)
+	{
+		le_check_names_quota();
+		le_store_reserve(name);
+	}
 }
 
 /* Write functions refuse read-only transactions and hot standbys (25006). */
@@ -248,11 +334,11 @@ le_end_reason(const LeaseRow *row, TimestampTz now, TimestampTz *ended_at)
 	return LE_END_EXPIRED;
 }
 
-/* How the previous term ended, as an "elected" notification says it. */
-static const LeNotifyReason le_end_reason_notified[] = {
-	[LE_END_RELEASED] = LE_REASON_RELEASED,
-	[LE_END_EXPIRED] = LE_REASON_EXPIRED,
-	[LE_END_SESSION_ENDED] = LE_REASON_SESSION_ENDED,
+static const char *const le_end_reason_names[] = {
+	[LE_END_RELEASED] = "released",
+	[LE_END_EXPIRED] = "expired",
+	[LE_END_SESSION_ENDED] = "session_ended",
+	[LE_END_MOVED] = "moved",
 };
 
 /* Bookkeeping after this transaction took or renewed a lease. */
@@ -286,6 +372,9 @@ le_try_acquire_from(const char *name, int64 ttl_usecs, const LeIdentity *who,
 	LeEndReason reason;
 	int64		term;
 	bool		renewing;
+	bool		claim;
+	LeHandover	handover;
+	LeReservation reservation;
 
 	*retry_at = 0;
 
@@ -300,13 +389,30 @@ le_try_acquire_from(const char *name, int64 ttl_usecs, const LeIdentity *who,
 	}
 
 	/*
+	 * A waiter another waiter outranks steps aside before taking any lock
+	 * (I10), unless the lease is reserved for it (I9 comes first).
+	 */
+	claim = renewing;
+	if (!le_is_mine(&row, who) && le_waiter_outranked(name))
+	{
+		if (le_handover_check(name, &row, who, now, &handover) != LE_RESERVATION_FOR_ME)
+			return false;
+		claim = true;			/* the successor has a claim, as a holder has */
+	}
+
+	/*
 	 * Something to write: take the writer lock (I1).  The valid holder waits
 	 * for it (I7): whoever else has it is a candidate looking for an instant
 	 * or a sibling renewing under the same holder, and answering "no" to a
-	 * valid holder would make it step down for nothing.
+	 * valid holder would make it step down for nothing.  A candidate that
+	 * finds it busy may retry soon: the other may be a try that writes
+	 * nothing (a barred or outranked one), whose end wakes nobody.
 	 */
-	if (!le_lock_writer(name, renewing))
+	if (!le_lock_writer(name, claim))
+	{
+		*retry_at = GetCurrentTimestamp() + LE_BUSY_RETRY_USECS;
 		return false;
+	}
 	now = GetCurrentTimestamp();
 
 	/*
@@ -316,6 +422,7 @@ le_try_acquire_from(const char *name, int64 ttl_usecs, const LeIdentity *who,
 	 */
 	if (le_is_mine(&row, who) && le_store_renew(name, &row, now, now + ttl_usecs))
 	{
+		le_stats_count(LE_STAT_RENEWALS);
 		le_after_grant(name, who, now + ttl_usecs);
 		return true;
 	}
@@ -325,21 +432,12 @@ le_try_acquire_from(const char *name, int64 ttl_usecs, const LeIdentity *who,
 
 	if (!row.found)
 	{
-		if (le_max_names_per_role > 0)
-		{
-			le_lock_role_names(GetUserId());
-			if (le_store_count_names(GetUserId()) >= le_max_names_per_role)
-				ereport(ERROR,
-						(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
-						 errmsg("role \"%s\" already uses %d lease names",
-								GetUserNameFromId(GetUserId(), false),
-								le_max_names_per_role),
-						 errhint("Reuse a name, or raise leader_election.max_names_per_role.")));
-		}
+		le_check_names_quota();
 		term = le_next_term(name, 0);
 		/* The row and the term's history row (le_history_begin's). */
 		le_store_insert(name, who, term, now, now + ttl_usecs);
-		le_notify_change(name, LE_EVENT_ELECTED, who->holder, term, LE_REASON_NONE);
+		le_notify(name, "elected", who->holder, term, "none", NULL, NULL);
+		le_stats_count(LE_STAT_GRANTS);
 		le_after_grant(name, who, now + ttl_usecs);
 		return true;
 	}
@@ -352,6 +450,7 @@ le_try_acquire_from(const char *name, int64 ttl_usecs, const LeIdentity *who,
 					 errmsg("lease \"%s\" changed under its writer lock", name),
 					 errdetail("The row was changed other than through leader_election's functions."),
 					 errhint("Retry the transaction.")));
+		le_stats_count(LE_STAT_RENEWALS);
 		le_after_grant(name, who, now + ttl_usecs);
 		return true;
 	}
@@ -360,6 +459,21 @@ le_try_acquire_from(const char *name, int64 ttl_usecs, const LeIdentity *who,
 	{
 		le_unlock_writer(name);
 		*retry_at = row.expires_at;
+		return false;
+	}
+
+	/* Free, but perhaps reserved by a hand-over or a move (I9)... */
+	reservation = le_handover_check(name, &row, who, now, &handover);
+	if (reservation == LE_RESERVATION_BARS_ME)
+	{
+		le_unlock_writer(name);
+		*retry_at = handover.reserved_until;
+		return false;
+	}
+	/* ... or wanted by a waiter that outranks this one (I10). */
+	if (reservation == LE_RESERVATION_NONE && le_waiter_outranked(name))
+	{
+		le_unlock_writer(name);
 		return false;
 	}
 
@@ -389,14 +503,20 @@ le_try_acquire_from(const char *name, int64 ttl_usecs, const LeIdentity *who,
 		reason = le_end_reason(&locked, now, &ended_at);
 	else
 	{
-		reason = LE_END_RELEASED;
+		reason = handover.moved ? LE_END_MOVED : LE_END_RELEASED;
 		ended_at = now;
 	}
+	/* The old term's history end (if it had a holder), row, new history row. */
 	le_store_take_over_with_history(name, who, locked.owner, locked.term, term,
 									now, now + ttl_usecs,
 									locked.holder != NULL, ended_at, reason);
-	le_notify_change(name, LE_EVENT_ELECTED, who->holder, term,
-					 le_end_reason_notified[reason]);
+	le_notify(name, "elected", who->holder, term, le_end_reason_names[reason],
+			  NULL, NULL);
+	le_stats_count(LE_STAT_GRANTS);
+	if (locked.holder != NULL && reason == LE_END_EXPIRED)
+		le_stats_count(LE_STAT_TAKEOVERS_EXPIRED);
+	else if (locked.holder != NULL && reason == LE_END_SESSION_ENDED)
+		le_stats_count(LE_STAT_TAKEOVERS_SESSION_ENDED);
 	le_after_grant(name, who, now + ttl_usecs);
 	return true;
 }
@@ -406,7 +526,11 @@ bool
 le_try_acquire(const char *name, int64 ttl_usecs, const LeIdentity *who,
 			   TimestampTz *retry_at)
 {
-	return le_try_acquire_from(name, ttl_usecs, who, retry_at);
+	bool		won = le_try_acquire_from(name, ttl_usecs, who, retry_at);
+
+	if (!won)
+		le_stats_count(LE_STAT_LOSING_TRIES);
+	return won;
 }
 
 /* One try_acquire_leader() call. */
@@ -416,7 +540,7 @@ le_try_acquire_in_statement(const char *name, int64 ttl_usecs,
 {
 	TimestampTz retry_at;
 
-	return le_try_acquire_from(name, ttl_usecs, who, &retry_at);
+	return le_try_acquire(name, ttl_usecs, who, &retry_at);
 }
 
 /* ---- SQL-callable functions ---- */
@@ -472,15 +596,42 @@ leader_term(PG_FUNCTION_ARGS)
 	PG_RETURN_INT64(row->term);
 }
 
-/* release_leader(name text, holder text) returns boolean */
+/*
+ * End the term `row` shows (its holder's lease, valid or not), the caller
+ * holding the writer lock: a release, a hand-over (a release with a
+ * successor) or a move (I9).
+ */
+static void
+le_end_term(const char *name, const LeaseRow *row, LeEndReason reason,
+			const char *successor)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	bool		moved = reason == LE_END_MOVED;
+
+	le_history_end(name, row->term, now, reason);
+	le_store_release(name, row, now);
+	if (successor != NULL || moved)
+		le_handover_reserve(name, row, successor, moved, now);
+	le_notify(name, moved ? "moved" : successor != NULL ? "handed_over" : "released",
+			  row->holder, row->term, le_end_reason_names[reason], NULL,
+			  successor);
+	le_stats_count(moved ? LE_STAT_MOVES : LE_STAT_RELEASES);
+	le_xact_touched(name);
+	le_commit_note_write(name, 0);
+}
+
+/*
+ * release_leader(name text, holder text, successor text) returns boolean
+ * (1.0: without successor)
+ */
 Datum
 release_leader(PG_FUNCTION_ARGS)
 {
 	char	   *name = le_checked_name(fcinfo, 0);
 	char	   *holder = le_checked_optional_holder(fcinfo, 1);
+	char	   *successor = le_checked_optional_successor(fcinfo, 2);
 	LeIdentity	who;
 	LeaseRow	row;
-	TimestampTz now;
 
 	le_prevent_if_read_only("release_leader()");
 	who = le_resolve_identity(holder);
@@ -497,14 +648,51 @@ release_leader(PG_FUNCTION_ARGS)
 		le_unlock_writer(name);
 		PG_RETURN_BOOL(false);
 	}
-	now = GetCurrentTimestamp();
-	le_history_end(name, row.term, now, LE_END_RELEASED);
-	le_store_release(name, &row, now);
-	le_notify_change(name, LE_EVENT_RELEASED, who.holder, row.term,
-					 LE_REASON_RELEASED);
-	le_xact_touched(name);
-	le_commit_note_write(name, 0);
+	le_end_term(name, &row, LE_END_RELEASED, successor);
 	PG_RETURN_BOOL(true);
+}
+
+/*
+ * leader_election.move_leader(name text, successor text) returns boolean
+ *
+ * I9.  The name's owner (a member of the owning role, or a superuser: I8)
+ * ends whoever holds the lease, without its cooperation; false if nobody
+ * holds it.
+ */
+Datum
+move_leader(PG_FUNCTION_ARGS)
+{
+	char	   *name = le_checked_name(fcinfo, 0);
+	char	   *successor = le_checked_optional_successor(fcinfo, 1);
+	LeaseRow	row;
+
+	le_prevent_if_read_only("move_leader()");
+	le_store_read(name, &row);
+	le_check_owner(name, &row);
+	if (!row.found || row.holder == NULL)
+		PG_RETURN_BOOL(false);
+
+	(void) le_lock_writer(name, true);
+	le_store_read(name, &row);
+	le_check_owner(name, &row);
+	if (!row.found || row.holder == NULL)
+	{
+		le_unlock_writer(name);
+		PG_RETURN_BOOL(false);
+	}
+	le_end_term(name, &row, LE_END_MOVED, successor);
+	PG_RETURN_BOOL(true);
+}
+
+/*
+ * The writer lock for set_leader_info (leader_info.c): waited for, as a
+ * holder's release waits; given back with le_unlock_name_writer if nothing
+ * was written.
+ */
+void
+le_unlock_name_writer(const char *name)
+{
+	le_unlock_writer(name);
 }
 
 /*
@@ -532,10 +720,17 @@ le_release_term(const char *name, const LeIdentity *who, int64 term)
 	now = GetCurrentTimestamp();
 	le_history_end(name, row.term, now, LE_END_RELEASED);
 	le_store_release(name, &row, now);
-	le_notify_change(name, LE_EVENT_RELEASED, who->holder, row.term,
-					 LE_REASON_RELEASED);
+	le_notify(name, "released", who->holder, row.term, "released", NULL, NULL);
+	le_stats_count(LE_STAT_RELEASES);
 	le_xact_touched(name);
 	return true;
+}
+
+/* Count a rejected assert_leader; it is about to raise LE001. */
+static void
+le_fence_rejected(void)
+{
+	le_stats_count(LE_STAT_FENCE_REJECTIONS);
 }
 
 /*
@@ -567,36 +762,96 @@ assert_leader(PG_FUNCTION_ARGS)
 	le_store_read(name, &row);
 	le_check_owner(name, &row);
 	if (lock != LE_ROW_LOCKED)
+	{
+		le_fence_rejected();
 		ereport(ERROR,
 				(errcode(ERRCODE_LE_NOT_LEADER),
 				 errmsg("not the leader of \"%s\"", name),
 				 lock == LE_ROW_BUSY ?
 				 errdetail("Another holder is taking the lease over.") :
 				 errdetail("Nobody has held this lease yet.")));
+	}
 	if (!le_is_mine(&row, &who))
+	{
+		le_fence_rejected();
 		ereport(ERROR,
 				(errcode(ERRCODE_LE_NOT_LEADER),
 				 errmsg("not the leader of \"%s\"", name),
 				 errdetail("The lease is held by another holder, or by nobody.")));
+	}
 	if (!le_lease_valid(&row, GetCurrentTimestamp()))
+	{
+		le_fence_rejected();
 		ereport(ERROR,
 				(errcode(ERRCODE_LE_NOT_LEADER),
 				 errmsg("not the leader of \"%s\"", name),
 				 errdetail("The caller's lease has expired.")));
+	}
 	if (term_given && term != row.term)
+	{
+		le_fence_rejected();
 		ereport(ERROR,
 				(errcode(ERRCODE_LE_NOT_LEADER),
 				 errmsg("not the leader of \"%s\" in term " INT64_FORMAT,
 						name, term),
 				 errdetail("The current term is " INT64_FORMAT ".", row.term)));
+	}
 	le_xact_touched(name);
 	PG_RETURN_INT64(row.term);
 }
 
 /*
+ * One attempt of wait_for_leadership, in a subtransaction that is kept if
+ * it won and rolled back if it lost.  A lost attempt changed nothing, and
+ * rolling it back gives up the locks it took (the lease table's, the
+ * writer lock), so a waiter holds no lock while it sleeps: DDL on the
+ * table, ALTER EXTENSION UPDATE among it, never queues behind a waiter
+ * and, queued, stalls every other session's calls until the waiter's
+ * timeout.  Locks the transaction held before the wait stay held.
+ */
+static bool
+le_wait_attempt_in_subxact(const char *name, int64 ttl_usecs, const LeIdentity *who,
+						   TimestampTz *retry_at)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	ResourceOwner owner = CurrentResourceOwner;
+	bool		acquired = false;
+
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(cxt);
+	PG_TRY();
+	{
+		acquired = le_try_acquire(name, ttl_usecs, who, retry_at);
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(cxt);
+		CurrentResourceOwner = owner;
+		ReThrowError(edata);
+	}
+	PG_END_TRY();
+
+	if (acquired)
+		ReleaseCurrentSubTransaction();
+	else
+		RollbackAndReleaseCurrentSubTransaction();
+	MemoryContextSwitchTo(cxt);
+	CurrentResourceOwner = owner;
+	return acquired;
+}
+
+/*
  * wait_for_leadership(name text, ttl interval, timeout interval,
- *					   holder text) returns boolean
+ *					   holder text, priority integer) returns boolean
+ *					   (1.0: without priority)
  *
+ * Registered as a waiter with its priority while it waits (I10).
  * Tries, then sleeps until the lease could have become free: until its
  * expiry, or until a writer or fence on the name ends, or the holder's
  * session exits (wakeup.c).  Never polls when the library is preloaded.
@@ -611,12 +866,22 @@ wait_for_leadership(PG_FUNCTION_ARGS)
 		le_checked_interval(fcinfo, 2, "timeout", 0, INT64CONST(100) * 365 * USECS_PER_DAY,
 							"0 and 36500 days");
 	char	   *holder = le_checked_optional_holder(fcinfo, 3);
+	int32		priority = 0;
 	LeIdentity	who;
 	TimestampTz deadline;
 	MemoryContext attempt_cxt;
 	MemoryContext old_cxt;
 	bool		acquired = false;
+	volatile bool slept = false;
 
+	if (PG_NARGS() > 4)
+	{
+		if (PG_ARGISNULL(4))
+			ereport(ERROR,
+					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+					 errmsg("priority must not be null")));
+		priority = PG_GETARG_INT32(4);
+	}
 	le_prevent_if_read_only("wait_for_leadership()");
 	who = le_resolve_identity(holder);
 	deadline = forever ? DT_NOEND : GetCurrentTimestamp() + timeout;
@@ -624,9 +889,11 @@ wait_for_leadership(PG_FUNCTION_ARGS)
 										"leader_election wait attempt",
 										ALLOCSET_SMALL_SIZES);
 
-	le_wait_begin(name);
 	PG_TRY();
 	{
+		/* Ranked (I10) before it counts in waiting_candidates. */
+		le_waiter_register(name, priority);
+		le_wait_begin(name);
 		for (;;)
 		{
 			TimestampTz retry_at;
@@ -635,7 +902,7 @@ wait_for_leadership(PG_FUNCTION_ARGS)
 			CHECK_FOR_INTERRUPTS();
 			le_wait_attempt();
 			old_cxt = MemoryContextSwitchTo(attempt_cxt);
-			acquired = le_try_acquire(name, ttl, &who, &retry_at);
+			acquired = le_wait_attempt_in_subxact(name, ttl, &who, &retry_at);
 			MemoryContextSwitchTo(old_cxt);
 			MemoryContextReset(attempt_cxt);
 			if (acquired)
@@ -643,11 +910,15 @@ wait_for_leadership(PG_FUNCTION_ARGS)
 			now = GetCurrentTimestamp();
 			if (now >= deadline)
 				break;
+			if (!slept)
+				le_stats_count(LE_STAT_WAITS);
+			slept = true;
 			le_wait_sleep(retry_at != 0 && retry_at < deadline ? retry_at : deadline);
 		}
 	}
 	PG_FINALLY();
 	{
+		le_waiter_unregister(acquired);
 		le_wait_end();
 	}
 	PG_END_TRY();
@@ -659,8 +930,15 @@ wait_for_leadership(PG_FUNCTION_ARGS)
 /*
  * current_leader(name text) returns table (holder, term, acquired_at,
  * renewed_at, expires_at, session_bound, pid, role, application_name,
- * client_addr): one row if somebody validly holds the lease, else none.
+ * client_addr, info): one row if somebody validly holds the lease, else
+ * none.  (1.0: without info.)
  */
+typedef struct LeLeaderAnswer
+{
+	LeaseRow   *row;
+	char	   *info;			/* the info of the row's term, or NULL */
+} LeLeaderAnswer;
+
 Datum
 current_leader(PG_FUNCTION_ARGS)
 {
@@ -672,6 +950,7 @@ current_leader(PG_FUNCTION_ARGS)
 		char	   *name;
 		LeaseRow   *row;
 		TupleDesc	desc;
+		LeLeaderAnswer *answer;
 
 		funcctx = SRF_FIRSTCALL_INIT();
 		old = MemoryContextSwitchTo(funcctx->multi_call_memory_ctx);
@@ -682,17 +961,22 @@ current_leader(PG_FUNCTION_ARGS)
 		if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
 			elog(ERROR, "current_leader must return a composite type");
 		funcctx->tuple_desc = BlessTupleDesc(desc);
-		funcctx->user_fctx = row;
 		funcctx->max_calls = le_lease_valid(row, GetCurrentTimestamp()) ? 1 : 0;
+		answer = palloc0(sizeof(LeLeaderAnswer));
+		answer->row = row;
+		if (funcctx->max_calls > 0 && desc->natts > 10)
+			answer->info = le_leader_info(name, row);
+		funcctx->user_fctx = answer;
 		MemoryContextSwitchTo(old);
 	}
 
 	funcctx = SRF_PERCALL_SETUP();
 	if (funcctx->call_cntr < funcctx->max_calls)
 	{
-		LeaseRow   *row = funcctx->user_fctx;
-		Datum		values[10];
-		bool		nulls[10] = {0};
+		LeLeaderAnswer *answer = funcctx->user_fctx;
+		LeaseRow   *row = answer->row;
+		Datum		values[11];
+		bool		nulls[11] = {0};
 		char	   *role = GetUserNameFromId(row->holder_role, true);
 
 		values[0] = CStringGetTextDatum(row->holder);
@@ -712,6 +996,14 @@ current_leader(PG_FUNCTION_ARGS)
 			nulls[8] = true;
 		values[9] = row->client_addr;
 		nulls[9] = row->client_addr_null;
+		if (funcctx->tuple_desc->natts > 10)
+		{
+			if (answer->info != NULL)
+				values[10] = DirectFunctionCall1(jsonb_in,
+												 CStringGetDatum(answer->info));
+			else
+				nulls[10] = true;
+		}
 		SRF_RETURN_NEXT(funcctx,
 						HeapTupleGetDatum(heap_form_tuple(funcctx->tuple_desc,
 														  values, nulls)));

@@ -3,8 +3,9 @@
  * lease_store.c
  *	  Every read and write of leader_election.leases and .history.
  *
- * Also the storage of the term counter (whose rules are in terms.c) and the
- * writer locks' secret key.
+ * Also the storage of the term counter (whose rules are in terms.c), the
+ * writer locks' secret key, the leaders' published info (leader_info.c)
+ * and the reservations of hand-overs and moves (handover.c).
  *
  * Reads go straight through the primary key index and take no row lock
  * and write nothing.  le_store_read() sees the state committed at this
@@ -53,6 +54,7 @@
 #include "utils/guc.h"
 #include "utils/inet.h"
 #include "utils/inval.h"
+#include "utils/jsonb.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
@@ -111,6 +113,7 @@ typedef struct LeStoreRels
 	Oid			history;		/* leader_election.history */
 	Oid			history_pkey;	/* its (name, term) index, if it has that shape */
 	bool		schema_1_0;		/* the 1.1 objects are not there yet */
+	bool		has_issue_15;	/* leader_info and handovers exist */
 	bool		lock_key_loaded;
 	uint8		lock_key[LE_LOCK_KEY_BYTES];
 } LeStoreRels;
@@ -151,6 +154,7 @@ le_end_reason_text(LeEndReason reason)
 		[LE_END_RELEASED] = "released",
 		[LE_END_EXPIRED] = "expired",
 		[LE_END_SESSION_ENDED] = "session_ended",
+		[LE_END_MOVED] = "moved",
 	};
 
 	return reasons[reason];
@@ -325,6 +329,9 @@ le_store_load_rels(void)
 	le_rels.history = get_relname_relid("history", nsp);
 	le_rels.history_pkey = le_store_history_index(le_rels.history,
 												  get_relname_relid("history_pkey", nsp));
+	le_rels.has_issue_15 =
+		OidIsValid(get_relname_relid("leader_info", nsp)) &&
+		OidIsValid(get_relname_relid("handovers", nsp));
 
 	/*
 	 * Between installing this library and ALTER EXTENSION UPDATE the
@@ -631,6 +638,7 @@ typedef enum LeStmt
 	STMT_INSERT,
 	STMT_INSERT_WITH_HISTORY,
 	STMT_TAKE_OVER_WITH_HISTORY,
+	STMT_RESERVE,
 	STMT_RENEW,
 	STMT_TAKE_OVER,
 	STMT_RELEASE,
@@ -642,6 +650,11 @@ typedef enum LeStmt
 	STMT_HISTORY_END,
 	STMT_HISTORY_MAX,
 	STMT_ADVANCE_TERMS,
+	STMT_INFO_SET,
+	STMT_INFO_CLEAR,
+	STMT_INFO_READ,
+	STMT_HANDOVER_SET,
+	STMT_HANDOVER_READ,
 	STMT_COUNT
 } LeStmt;
 
@@ -688,6 +701,11 @@ static const LeStmtDef le_stmts[STMT_COUNT] = {
 		18, {TEXTOID, INT8OID, TEXTOID, INT8OID, TIMESTAMPTZOID, TIMESTAMPTZOID,
 		INT4OID, TIMESTAMPTZOID, INT4OID, OIDOID, TEXTOID, INETOID,
 		TIMESTAMPTZOID, TEXTOID, BOOLOID, OIDOID, BOOLOID, INT4OID}
+	},
+	/* A name owned and never held: no holder, term 0 (as assign_name). */
+	[STMT_RESERVE] = {
+		"INSERT INTO leader_election.leases (name, owner, term) VALUES ($1, $2, 0)",
+		2, {TEXTOID, OIDOID}
 	},
 	[STMT_RENEW] = {
 		"UPDATE leader_election.leases SET renewed_at = $4, expires_at = $5, "
@@ -753,6 +771,40 @@ static const LeStmtDef le_stmts[STMT_COUNT] = {
 		"GREATEST(s.last_value, $1)) FROM leader_election.terms AS s",
 		1, {INT8OID}
 	},
+	[STMT_INFO_SET] = {
+		"INSERT INTO leader_election.leader_info AS i "
+		"(name, term, info, updated_at, acquired_at) "
+		"VALUES ($1, $2, $3, $4, $5) ON CONFLICT ON CONSTRAINT leader_info_pkey "
+		"DO UPDATE SET term = EXCLUDED.term, info = EXCLUDED.info, "
+		"updated_at = EXCLUDED.updated_at, acquired_at = EXCLUDED.acquired_at",
+		5, {TEXTOID, INT8OID, JSONBOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
+	},
+	[STMT_INFO_CLEAR] = {
+		"DELETE FROM leader_election.leader_info WHERE name OPERATOR(pg_catalog.=) $1",
+		1, {TEXTOID}
+	},
+	[STMT_INFO_READ] = {
+		"SELECT info FROM leader_election.leader_info "
+		"WHERE name OPERATOR(pg_catalog.=) $1 AND term OPERATOR(pg_catalog.=) $2 "
+		"AND acquired_at OPERATOR(pg_catalog.=) $3",
+		3, {TEXTOID, INT8OID, TIMESTAMPTZOID}
+	},
+	[STMT_HANDOVER_SET] = {
+		"INSERT INTO leader_election.handovers AS h "
+		"(name, term, previous_holder, successor, reason, reserved_until, ended_at) "
+		"VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT ON CONSTRAINT handovers_pkey "
+		"DO UPDATE SET term = EXCLUDED.term, previous_holder = EXCLUDED.previous_holder, "
+		"successor = EXCLUDED.successor, reason = EXCLUDED.reason, "
+		"reserved_until = EXCLUDED.reserved_until, ended_at = EXCLUDED.ended_at",
+		7, {TEXTOID, INT8OID, TEXTOID, TEXTOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
+	},
+	[STMT_HANDOVER_READ] = {
+		"SELECT previous_holder, successor, reason, reserved_until "
+		"FROM leader_election.handovers "
+		"WHERE name OPERATOR(pg_catalog.=) $1 AND term OPERATOR(pg_catalog.=) $2 "
+		"AND ended_at OPERATOR(pg_catalog.=) $3",
+		3, {TEXTOID, INT8OID, TIMESTAMPTZOID}
+	},
 	[STMT_HISTORY_END] = {
 		"UPDATE leader_election.history SET ended_at = $3, end_reason = $4 "
 		"WHERE name OPERATOR(pg_catalog.=) $1 AND term OPERATOR(pg_catalog.=) $2 "
@@ -790,11 +842,10 @@ le_spi_end(LeSpiCall *call)
 	SPI_finish();
 }
 
-static int
-le_spi_run(LeStmt stmt, Datum *values, const char *nulls, bool read_only)
+/* The statement's kept plan, prepared on first use. */
+static SPIPlanPtr
+le_spi_plan(LeStmt stmt)
 {
-	int			rc;
-
 	if (le_plans[stmt] == NULL)
 	{
 		SPIPlanPtr	plan = SPI_prepare(le_stmts[stmt].sql, le_stmts[stmt].nargs,
@@ -807,6 +858,15 @@ le_spi_run(LeStmt stmt, Datum *values, const char *nulls, bool read_only)
 			elog(ERROR, "SPI_keepplan failed");
 		le_plans[stmt] = plan;
 	}
+	return le_plans[stmt];
+}
+
+static int
+le_spi_run(LeStmt stmt, Datum *values, const char *nulls, bool read_only)
+{
+	int			rc;
+
+	(void) le_spi_plan(stmt);
 	if (!read_only)
 		le_cache_own_write_begin();
 	rc = SPI_execute_plan(le_plans[stmt], values, nulls, read_only, 0);
@@ -816,6 +876,23 @@ le_spi_run(LeStmt stmt, Datum *values, const char *nulls, bool read_only)
 		elog(ERROR, "SPI_execute_plan failed for \"%s\": %s",
 			 le_stmts[stmt].sql, SPI_result_code_string(rc));
 	return rc;
+}
+
+/*
+ * Run a read-only statement on the state committed at this instant, whatever
+ * the isolation level (as le_store_read reads the lease row).
+ */
+static void
+le_spi_read_fresh(LeStmt stmt, Datum *values, const char *nulls)
+{
+	int			rc;
+
+	rc = SPI_execute_snapshot(le_spi_plan(stmt), values, nulls,
+							  GetLatestSnapshot(), InvalidSnapshot,
+							  true, false, 0);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "SPI_execute_snapshot failed for \"%s\": %s",
+			 le_stmts[stmt].sql, SPI_result_code_string(rc));
 }
 
 /* Under REPEATABLE READ the row may be invisible to our older snapshot. */
@@ -960,6 +1037,26 @@ le_store_insert(const char *name, const LeIdentity *who, int64 term,
 		le_history_trim(name);
 	le_spi_end(&call);
 	le_store_note_grant(name, who, GetUserId(), term, expires);
+}
+
+/*
+ * Give the name to the current role without taking its lease: a row with
+ * no holder and term 0, which the first acquisition takes over like a
+ * released lease.  The caller holds the name's writer lock and has seen
+ * that there is no row.
+ */
+void
+le_store_reserve(const char *name)
+{
+	LeSpiCall	call;
+	Datum		v[2];
+
+	v[0] = CStringGetTextDatum(name);
+	v[1] = ObjectIdGetDatum(GetUserId());
+	le_spi_begin(&call);
+	le_spi_run(STMT_RESERVE, v, NULL, false);
+	le_spi_end(&call);
+	CommandCounterIncrement();
 }
 
 /*
@@ -1447,28 +1544,47 @@ le_store_lock_key(uint8 *key)
 	}
 	if (!le_rels.lock_key_loaded)
 	{
-		LeSpiCall	call;
-		bool		isnull = true;
-		bytea	   *k = NULL;
+		/*
+		 * Read under the latest snapshot, not the statement's: a statement
+		 * that began before ALTER EXTENSION UPDATE committed sees the
+		 * table in the catalogs (they are read fresh) but, with its own
+		 * snapshot, not the row the update put in it.  The key is the
+		 * extension's configuration, the same for every transaction.
+		 */
+		Relation	rel = table_open(le_rels.lock_key_rel, AccessShareLock);
+		AttrNumber	keyatt = get_attnum(le_rels.lock_key_rel, "key");
+		Snapshot	snap = RegisterSnapshot(GetLatestSnapshot());
+		TableScanDesc scan = table_beginscan(rel, snap, 0, NULL);
+		HeapTuple	tup;
+		int			rows = 0;
+		bool		ok = false;
 
-		le_spi_begin(&call);
-		if (SPI_execute("SELECT key FROM leader_election.lock_key", true, 0) == SPI_OK_SELECT &&
-			SPI_processed == 1)
+		while ((tup = heap_getnext(scan, ForwardScanDirection)) != NULL)
 		{
-			Datum		d = SPI_getbinval(SPI_tuptable->vals[0],
-										  SPI_tuptable->tupdesc, 1, &isnull);
+			bool		isnull;
+			Datum		d;
 
+			if (++rows > 1 || keyatt == InvalidAttrNumber)
+				break;
+			d = heap_getattr(tup, keyatt, RelationGetDescr(rel), &isnull);
 			if (!isnull)
-				k = DatumGetByteaPP(d);
+			{
+				bytea	   *k = DatumGetByteaPP(d);
+
+				ok = VARSIZE_ANY_EXHDR(k) == LE_LOCK_KEY_BYTES;
+				if (ok)
+					memcpy(le_rels.lock_key, VARDATA_ANY(k), LE_LOCK_KEY_BYTES);
+			}
 		}
-		if (k == NULL || VARSIZE_ANY_EXHDR(k) != LE_LOCK_KEY_BYTES)
+		table_endscan(scan);
+		UnregisterSnapshot(snap);
+		table_close(rel, AccessShareLock);
+		if (!ok || rows != 1)
 			ereport(ERROR,
 					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 					 errmsg("leader_election.lock_key must hold exactly one key of %d bytes",
 							LE_LOCK_KEY_BYTES),
 					 errhint("Put back the row that was removed; or insert one from leader_election.new_lock_key() and then end every session of this database.")));
-		memcpy(le_rels.lock_key, VARDATA_ANY(k), LE_LOCK_KEY_BYTES);
-		le_spi_end(&call);
 		le_rels.lock_key_loaded = true;
 	}
 	memcpy(key, le_rels.lock_key, LE_LOCK_KEY_BYTES);
@@ -1548,4 +1664,142 @@ le_history_end(const char *name, int64 term, TimestampTz at,
 	le_spi_begin(&call);
 	le_spi_run(STMT_HISTORY_END, v, NULL, false);
 	le_spi_end(&call);
+}
+
+/*
+ * The leaders' published info (leader_info.c decides; the caller holds the
+ * name's writer lock).  Before the 1.1 update there is no table: 55000.
+ */
+static void
+le_store_require_issue_15(void)
+{
+	le_store_load_rels();
+	if (!le_rels.has_issue_15)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("the leader_election objects in this database are older than the library"),
+				 errhint("Run ALTER EXTENSION leader_election UPDATE;")));
+}
+
+/*
+ * Set the info (a jsonb) of term `term` of name, begun at acquired_at, or
+ * clear it.
+ */
+void
+le_store_set_info(const char *name, int64 term, TimestampTz acquired_at,
+				  Datum info, bool clear, TimestampTz now)
+{
+	LeSpiCall	call;
+	Datum		v[5];
+
+	le_store_require_issue_15();
+	v[0] = CStringGetTextDatum(name);
+	v[1] = Int64GetDatum(term);
+	v[2] = info;
+	v[3] = TimestampTzGetDatum(now);
+	v[4] = TimestampTzGetDatum(acquired_at);
+	le_spi_begin(&call);
+	le_spi_run(clear ? STMT_INFO_CLEAR : STMT_INFO_SET, v, NULL, false);
+	le_spi_end(&call);
+}
+
+/*
+ * The info published in term `term` of name, begun at acquired_at, as
+ * committed at this instant, as text, or NULL; NULL too before the 1.1
+ * update.
+ */
+char *
+le_store_read_info(const char *name, int64 term, TimestampTz acquired_at)
+{
+	LeSpiCall	call;
+	Datum		v[3];
+	char	   *info = NULL;
+
+	le_store_load_rels();
+	if (!le_rels.has_issue_15)
+		return NULL;
+	v[0] = CStringGetTextDatum(name);
+	v[1] = Int64GetDatum(term);
+	v[2] = TimestampTzGetDatum(acquired_at);
+	le_spi_begin(&call);
+	le_spi_read_fresh(STMT_INFO_READ, v, NULL);
+	if (SPI_processed == 1)
+	{
+		char	   *text = SPI_getvalue(SPI_tuptable->vals[0],
+										SPI_tuptable->tupdesc, 1);
+
+		if (text != NULL)
+			info = MemoryContextStrdup(call.caller_cxt, text);
+	}
+	le_spi_end(&call);
+	return info;
+}
+
+/* Record the reservation of a hand-over or move (handover.c decides). */
+void
+le_store_set_handover(const char *name, const LeHandover *h)
+{
+	LeSpiCall	call;
+	Datum		v[7];
+	char		n[8] = "       ";
+
+	le_store_require_issue_15();
+	v[0] = CStringGetTextDatum(name);
+	v[1] = Int64GetDatum(h->term);
+	v[2] = CStringGetTextDatum(h->previous_holder);
+	if (h->successor != NULL)
+		v[3] = CStringGetTextDatum(h->successor);
+	else
+	{
+		v[3] = (Datum) 0;
+		n[3] = 'n';
+	}
+	v[4] = CStringGetTextDatum(h->moved ? "moved" : "handed_over");
+	v[5] = TimestampTzGetDatum(h->reserved_until);
+	v[6] = TimestampTzGetDatum(h->ended_at);
+	le_spi_begin(&call);
+	le_spi_run(STMT_HANDOVER_SET, v, n, false);
+	le_spi_end(&call);
+}
+
+/*
+ * The reservation made when term `term` of name ended at ended_at (the
+ * expiry the end gave the lease), as committed at this instant; false if
+ * there is none (or no table before the 1.1 update).
+ */
+bool
+le_store_read_handover(const char *name, int64 term, TimestampTz ended_at,
+					   LeHandover *h)
+{
+	LeSpiCall	call;
+	Datum		v[3];
+	bool		found = false;
+
+	le_store_load_rels();
+	if (!le_rels.has_issue_15)
+		return false;
+	v[0] = CStringGetTextDatum(name);
+	v[1] = Int64GetDatum(term);
+	v[2] = TimestampTzGetDatum(ended_at);
+	le_spi_begin(&call);
+	le_spi_read_fresh(STMT_HANDOVER_READ, v, NULL);
+	if (SPI_processed == 1)
+	{
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+		HeapTuple	tup = SPI_tuptable->vals[0];
+		MemoryContext old = MemoryContextSwitchTo(call.caller_cxt);
+		char	   *reason = SPI_getvalue(tup, desc, 3);
+		bool		isnull;
+
+		h->term = term;
+		h->ended_at = ended_at;
+		h->previous_holder = SPI_getvalue(tup, desc, 1);
+		h->successor = SPI_getvalue(tup, desc, 2);
+		h->moved = reason != NULL && strcmp(reason, "moved") == 0;
+		h->reserved_until = DatumGetTimestampTz(SPI_getbinval(tup, desc, 4, &isnull));
+		MemoryContextSwitchTo(old);
+		found = true;
+	}
+	le_spi_end(&call);
+	return found;
 }

@@ -2,22 +2,31 @@
  *
  * notify_queue.c
  *	  Telling LISTENers on channel "leader_election" of every change of
- *	  leader, without making grants take PostgreSQL's NOTIFY lock.
+ *	  leader (elected, released, handed_over, moved) and of every leader's
+ *	  info (info), without making the changing transactions take
+ *	  PostgreSQL's NOTIFY lock.
  *
  * PostgreSQL serialises every transaction that sent a NOTIFY, cluster-wide,
  * for the whole of its commit (WAL flush included): PreCommit_Notify takes
  * one lock on "database 0" and keeps it until the commit ends.  A grant that
  * called NOTIFY therefore committed one at a time with every other grant and
  * every other application's NOTIFY.  So, with the library preloaded, a
- * granting (or releasing) transaction does not call NOTIFY.  It keeps its
- * events (le_notify_change) and:
+ * changing transaction does not call NOTIFY.  It keeps its events' payloads
+ * (le_notify, the only place a payload is built) and:
  *
  *	  at PRE_COMMIT  reserves room for them in its database's queue in shared
- *	                 memory (LE_NOTIFY_QUEUE_LEN events per database,
- *	                 LE_NOTIFY_DATABASES databases);
+ *	                 memory (a ring of LE_NOTIFY_QUEUE_BYTES bytes per
+ *	                 database, LE_NOTIFY_DATABASES databases);
  *	  at COMMIT      (the commit record is durable, the name's writer lock is
  *	                 still held) appends them and sets the notifier's latch;
  *	  at ABORT       gives the room back.
+ *
+ * The ring holds variable-length entries (a length, then the payload), so
+ * an event takes the room its payload needs: about 100 bytes for most, up
+ * to about 8000 for an "info" event carrying LE_MAX_INFO_BYTES of info.  A
+ * 256 kB ring holds some 2,500 ordinary events, or at least 32 with the
+ * largest info; a transaction whose events do not fit sends them itself
+ * (N2).
  *
  * The notifier, one background worker per database with events (started on
  * demand, gone after LE_NOTIFIER_IDLE_MS without events, or as soon as
@@ -31,11 +40,13 @@
  *
  * THE RULES
  *
- * N1  Per name, events reach the NOTIFY queue in term order.  Every event of
- *     a name is made by a transaction holding the name's writer lock (I1 in
- *     lease.c) and enters this queue before that lock is released (COMMIT
- *     callbacks run before locks are released), so the queue holds each
- *     name's events in order.  Whoever sends queued events takes them from
+ * N1  Per name, events reach the NOTIFY queue in term order (and, within a
+ *     term, in the order they were made).  Every event of a name is made
+ *     by a transaction holding the name's writer lock (I1, I7, I9, I11 in
+ *     lease.c: grants, releases, hand-overs, moves, set_leader_info) and
+ *     enters this queue before that lock is released (COMMIT callbacks run
+ *     before locks are released), so the queue holds each name's events in
+ *     order.  Whoever sends queued events takes them from
  *     the head, in order, holding the sender lock (LE_LOCKTAG_NOTIFY) until
  *     its transaction ends, and removes them from the queue only when that
  *     transaction commits (PostgreSQL's NOTIFY queue takes entries in the
@@ -63,7 +74,7 @@
  *     locks, is found by the deadlock detector).
  *
  * Without preloading there is no shared memory: events are sent with
- * NOTIFY in the granting transaction, as in 1.0.  A standby grants nothing
+ * NOTIFY in the changing transaction, as in 1.0.  A standby grants nothing
  * and cannot LISTEN.
  *
  *-------------------------------------------------------------------------
@@ -96,11 +107,19 @@
 #include "leader_election.h"
 
 #define LE_NOTIFY_DATABASES		8
-#define LE_NOTIFY_QUEUE_LEN		1024
+#define LE_NOTIFY_QUEUE_BYTES	(256 * 1024)	/* per database */
 #define LE_NOTIFY_BATCH			512
 #define LE_NOTIFIER_IDLE_MS		60000	/* a notifier with nothing to do exits */
 #define LE_NOTIFIER_CHECK_MS	500 /* how often an idle notifier looks around */
 #define LE_NOTIFIER_START_MS	10000	/* a start not seen by then is retried */
+
+/*
+ * An entry of the ring: the payload's length (its terminating zero
+ * included), then the payload, padded to a multiple of 4 bytes.  An entry
+ * may wrap around the end of the ring.
+ */
+#define LE_ENTRY_HEADER			((Size) sizeof(uint32))
+#define LE_ENTRY_SIZE(len)		TYPEALIGN(4, LE_ENTRY_HEADER + (len))
 
 int			le_notify_delivery = LE_NOTIFY_BACKGROUND;
 
@@ -111,21 +130,11 @@ typedef enum LeNotifierState
 	LE_NOTIFIER_RUNNING
 } LeNotifierState;
 
-static const char *const le_event_names[] = {"elected", "released"};
-static const char *const le_reason_names[] = {"none", "released", "expired", "session_ended"};
-
-/* One change of leader. */
-typedef struct LeNotifyEvent
-{
-	int64		term;
-	uint8		event;			/* index into le_event_names */
-	uint8		reason;			/* index into le_reason_names */
-	bool		holder_null;
-	char		name[LE_MAX_NAME_BYTES + 1];
-	char		holder[LE_MAX_HOLDER_BYTES + 1];
-} LeNotifyEvent;
-
-/* One database's queue: events [head, tail) of ring, oldest first. */
+/*
+ * One database's queue: the entries in bytes [head, tail) of ring (positions
+ * count bytes since the queue was made, modulo LE_NOTIFY_QUEUE_BYTES in the
+ * ring), oldest first.
+ */
 typedef struct LeNotifyQueue
 {
 	Oid			database;		/* InvalidOid: free */
@@ -135,8 +144,8 @@ typedef struct LeNotifyQueue
 	Latch	   *notifier_latch;
 	uint64		head;
 	uint64		tail;
-	int			reserved;		/* room promised to committing transactions */
-	LeNotifyEvent ring[LE_NOTIFY_QUEUE_LEN];
+	Size		reserved;		/* bytes promised to committing transactions */
+	char		ring[LE_NOTIFY_QUEUE_BYTES];
 } LeNotifyQueue;
 
 typedef struct LeNotifyShared
@@ -148,21 +157,22 @@ typedef struct LeNotifyShared
 
 static LeNotifyShared *le_notify_shared = NULL;
 
-/* This transaction's events, oldest first (in TopTransactionContext). */
+/* One of this transaction's events, oldest first (in TopTransactionContext). */
 typedef struct LePendingEvent
 {
 	int			nest_level;
-	LeNotifyEvent ev;
+	uint32		len;			/* strlen(payload) + 1 */
+	char		payload[FLEXIBLE_ARRAY_MEMBER];
 } LePendingEvent;
 
 static List *le_pending = NIL;
 
-/* Room reserved at PRE_COMMIT in queue le_reserved_queue. */
-static int	le_reserved = 0;
+/* Room (bytes) reserved at PRE_COMMIT in queue le_reserved_queue. */
+static Size le_reserved = 0;
 static int	le_reserved_queue = -1;
 
-/* Queued events this transaction sends itself: removed at its commit. */
-static int	le_consumed = 0;
+/* Bytes of queued events this transaction sends itself: removed at its commit. */
+static Size le_consumed = 0;
 static int	le_consumed_queue = -1;
 
 /* ---- shared memory ---- */
@@ -203,6 +213,29 @@ le_unlock(void)
 	LWLockRelease(&le_notify_shared->lock);
 }
 
+/* Copy len bytes into / out of the ring at position pos (wrapping). */
+static void
+le_ring_write(LeNotifyQueue *q, uint64 pos, const void *src, Size len)
+{
+	Size		off = pos % LE_NOTIFY_QUEUE_BYTES;
+	Size		first = Min(len, LE_NOTIFY_QUEUE_BYTES - off);
+
+	memcpy(q->ring + off, src, first);
+	if (first < len)
+		memcpy(q->ring, (const char *) src + first, len - first);
+}
+
+static void
+le_ring_read(const LeNotifyQueue *q, uint64 pos, void *dst, Size len)
+{
+	Size		off = pos % LE_NOTIFY_QUEUE_BYTES;
+	Size		first = Min(len, LE_NOTIFY_QUEUE_BYTES - off);
+
+	memcpy(dst, q->ring + off, first);
+	if (first < len)
+		memcpy((char *) dst + first, q->ring, len - first);
+}
+
 /*
  * The queue of this database, under the lock; a free queue is claimed, or
  * an idle one of another database (empty, nothing promised, no notifier, or
@@ -240,25 +273,6 @@ le_queue_of_database(bool claim)
 /* ---- sending ---- */
 
 static void
-le_send_now(const LeNotifyEvent *ev)
-{
-	StringInfoData buf;
-
-	initStringInfo(&buf);
-	appendStringInfoString(&buf, "{\"name\":");
-	escape_json(&buf, ev->name);
-	appendStringInfo(&buf, ",\"event\":\"%s\",\"holder\":", le_event_names[ev->event]);
-	if (ev->holder_null)
-		appendStringInfoString(&buf, "null");
-	else
-		escape_json(&buf, ev->holder);
-	appendStringInfo(&buf, ",\"term\":" INT64_FORMAT ",\"reason\":\"%s\"}",
-					 ev->term, le_reason_names[ev->reason]);
-	Async_Notify(LE_NOTIFY_CHANNEL, buf.data);
-	pfree(buf.data);
-}
-
-static void
 le_lock_sender(void)
 {
 	LOCKTAG		tag;
@@ -275,23 +289,38 @@ static int
 le_take_queued(int qi, int max)
 {
 	LeNotifyQueue *q = &le_notify_shared->queues[qi];
-	LeNotifyEvent *copy;
+	char	   *copy;
+	char	   *p;
 	uint64		from;
-	int			n;
+	uint64		to;
+	int			n = 0;
 
 	Assert(le_consumed_queue < 0 || le_consumed_queue == qi);
 	le_lock_sender();
 	le_lock();
 	from = q->head + le_consumed;
-	n = (int) Min(q->tail - from, (uint64) max);
-	copy = palloc(sizeof(LeNotifyEvent) * Max(n, 1));
-	for (int i = 0; i < n; i++)
-		copy[i] = q->ring[(from + i) % LE_NOTIFY_QUEUE_LEN];
+	to = from;
+	while (to < q->tail && n < max)
+	{
+		uint32		len;
+
+		le_ring_read(q, to, &len, sizeof(len));
+		to += LE_ENTRY_SIZE(len);
+		n++;
+	}
+	copy = palloc(Max(to - from, 1));
+	le_ring_read(q, from, copy, to - from);
 	le_unlock();
-	le_consumed += n;
+	le_consumed += to - from;
 	le_consumed_queue = qi;
-	for (int i = 0; i < n; i++)
-		le_send_now(&copy[i]);
+	for (p = copy; p < copy + (to - from);)
+	{
+		uint32		len;
+
+		memcpy(&len, p, sizeof(len));
+		Async_Notify(LE_NOTIFY_CHANNEL, p + LE_ENTRY_HEADER);
+		p += LE_ENTRY_SIZE(len);
+	}
 	pfree(copy);
 	return n;
 }
@@ -327,36 +356,61 @@ le_start_notifier(int qi)
 	}
 }
 
-/* ---- a granting transaction ---- */
+/* ---- a changing transaction ---- */
 
 /*
- * A change of leader made by this transaction: NOTIFY leader_election,
- * '{"name":..,"event":..,"holder":..,"term":..,"reason":..}' once it
- * commits.
+ * NOTIFY leader_election, '{"name":..,"event":..,"holder":..,"term":..,
+ * "reason":..,"info":..}', plus "successor" on the events handed_over and
+ * moved, once this transaction commits (by the notifier, or by the
+ * transaction itself: N2).  info is the text of a jsonb (at most
+ * LE_MAX_INFO_BYTES, so the payload stays under NOTIFY's limit) or NULL.
+ * The only place a payload is built.
  */
 void
-le_notify_change(const char *name, LeNotifyEventKind event, const char *holder,
-				 int64 term, LeNotifyReason reason)
+le_notify(const char *name, const char *event, const char *holder,
+		  int64 term, const char *reason, const char *info,
+		  const char *successor)
 {
+	StringInfoData buf;
+	bool		with_successor = strcmp(event, "handed_over") == 0 ||
+		strcmp(event, "moved") == 0;
 	LePendingEvent *p;
 	MemoryContext old;
 
-	p = MemoryContextAllocZero(TopTransactionContext, sizeof(LePendingEvent));
-	p->nest_level = GetCurrentTransactionNestLevel();
-	p->ev.term = term;
-	p->ev.event = (uint8) event;
-	p->ev.reason = (uint8) reason;
-	p->ev.holder_null = (holder == NULL);
-	strlcpy(p->ev.name, name, sizeof(p->ev.name));
+	initStringInfo(&buf);
+	appendStringInfoString(&buf, "{\"name\":");
+	escape_json(&buf, name);
+	appendStringInfo(&buf, ",\"event\":\"%s\",\"holder\":", event);
 	if (holder != NULL)
-		strlcpy(p->ev.holder, holder, sizeof(p->ev.holder));
+		escape_json(&buf, holder);
+	else
+		appendStringInfoString(&buf, "null");
+	appendStringInfo(&buf, ",\"term\":" INT64_FORMAT ",\"reason\":\"%s\"",
+					 term, reason);
+	appendStringInfo(&buf, ",\"info\":%s", info != NULL ? info : "null");
+	if (with_successor)
+	{
+		appendStringInfoString(&buf, ",\"successor\":");
+		if (successor != NULL)
+			escape_json(&buf, successor);
+		else
+			appendStringInfoString(&buf, "null");
+	}
+	appendStringInfoChar(&buf, '}');
+
 	if (le_notify_shared == NULL)
 	{
 		/* Not preloaded: NOTIFY in this transaction, as in 1.0. */
-		le_send_now(&p->ev);
-		pfree(p);
+		Async_Notify(LE_NOTIFY_CHANNEL, buf.data);
+		pfree(buf.data);
 		return;
 	}
+	p = MemoryContextAlloc(TopTransactionContext,
+						   offsetof(LePendingEvent, payload) + buf.len + 1);
+	p->nest_level = GetCurrentTransactionNestLevel();
+	p->len = buf.len + 1;
+	memcpy(p->payload, buf.data, buf.len + 1);
+	pfree(buf.data);
 	old = MemoryContextSwitchTo(TopTransactionContext);
 	le_pending = lappend(le_pending, p);
 	MemoryContextSwitchTo(old);
@@ -374,20 +428,22 @@ le_notify_flush_into_transaction(void)
 	qi = le_queue_of_database(false);
 	le_unlock();
 	if (qi >= 0)
-		(void) le_take_queued(qi, LE_NOTIFY_QUEUE_LEN);
+		(void) le_take_queued(qi, INT_MAX);
 }
 
 static void
 le_pre_commit(void)
 {
-	int			n = list_length(le_pending);
+	Size		bytes = 0;
 	int			qi;
 	bool		start = false;
 	bool		queued_before = true;
 	ListCell   *lc;
 
-	if (n == 0)
+	if (le_pending == NIL)
 		return;
+	foreach(lc, le_pending)
+		bytes += LE_ENTRY_SIZE(((LePendingEvent *) lfirst(lc))->len);
 	le_lock();
 	qi = le_queue_of_database(true);
 	if (qi >= 0)
@@ -396,10 +452,10 @@ le_pre_commit(void)
 
 		if (le_notify_delivery == LE_NOTIFY_BACKGROUND &&
 			q->state == LE_NOTIFIER_RUNNING &&
-			(q->tail - q->head) + q->reserved + n <= LE_NOTIFY_QUEUE_LEN)
+			(q->tail - q->head) + q->reserved + bytes <= LE_NOTIFY_QUEUE_BYTES)
 		{
-			q->reserved += n;
-			le_reserved = n;
+			q->reserved += bytes;
+			le_reserved = bytes;
 			le_reserved_queue = qi;
 			le_unlock();
 			return;
@@ -422,9 +478,9 @@ le_pre_commit(void)
 
 	/* N2: send them ourselves, after whatever is queued (N1). */
 	if (qi >= 0 && queued_before)
-		(void) le_take_queued(qi, LE_NOTIFY_QUEUE_LEN);
+		(void) le_take_queued(qi, INT_MAX);
 	foreach(lc, le_pending)
-		le_send_now(&((LePendingEvent *) lfirst(lc))->ev);
+		Async_Notify(LE_NOTIFY_CHANNEL, ((LePendingEvent *) lfirst(lc))->payload);
 	le_pending = NIL;
 }
 
@@ -445,9 +501,11 @@ le_at_commit(void)
 
 			foreach(lc, le_pending)
 			{
-				q->ring[q->tail % LE_NOTIFY_QUEUE_LEN] =
-					((LePendingEvent *) lfirst(lc))->ev;
-				q->tail++;
+				LePendingEvent *p = lfirst(lc);
+
+				le_ring_write(q, q->tail, &p->len, LE_ENTRY_HEADER);
+				le_ring_write(q, q->tail + LE_ENTRY_HEADER, p->payload, p->len);
+				q->tail += LE_ENTRY_SIZE(p->len);
 			}
 			q->reserved -= le_reserved;
 			latch = q->notifier_latch;

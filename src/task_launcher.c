@@ -1,8 +1,9 @@
 /*-------------------------------------------------------------------------
  *
  * task_launcher.c
- *	  The task runner's launcher: its settings and shared memory, its
- *	  registration as a static background worker, and its loop, which
+ *	  The task runner's launchers: their settings and shared memory, their
+ *	  registration as static background workers (one per database listed in
+ *	  leader_election.database), and the launcher's loop, which
  *	  starts and stops one dynamic worker per enabled task and renews the
  *	  leases of tasks that are in the middle of a run.
  *
@@ -36,6 +37,7 @@
 #include "utils/array.h"
 #include "utils/hsearch.h"
 #include "utils/memutils.h"
+#include "utils/varlena.h"
 
 #include "compat.h"
 #include "task_runner.h"
@@ -46,6 +48,7 @@
 
 char	   *le_task_database = NULL;
 int			le_max_task_workers = 4;
+int			le_max_task_workers_per_role = 0;
 char	   *le_task_holder_id = NULL;
 bool		le_allow_superuser_tasks = false;
 int			le_task_runs_max = 1000;
@@ -59,17 +62,98 @@ le_check_task_holder_id(char **newval, void **extra, GucSource source)
 	return le_check_holder_setting(*newval, "leader_election.task_holder_id");
 }
 
+/*
+ * Split a value of leader_election.database into database names: a comma-
+ * separated list; a name with a comma, a space or a double quote is written
+ * in double quotes; names are not folded to lower case.  NIL, with *problem
+ * set, if the value is no such list.
+ */
+static List *
+le_split_database_list(const char *value, const char **problem)
+{
+	char	   *raw = pstrdup(value);
+	List	   *names = NIL;
+	ListCell   *lc;
+
+	*problem = NULL;
+	if (!SplitGUCList(raw, ',', &names))
+		*problem = "is not a list of database names (quote names with a comma, a space or a double quote)";
+	else if (names == NIL)
+		*problem = "must name at least one database";
+	else if (list_length(names) > LE_TASK_MAX_DATABASES)
+		*problem = psprintf("may name at most %d databases", LE_TASK_MAX_DATABASES);
+	else
+		foreach(lc, names)
+		{
+			const char *name = lfirst(lc);
+
+			if (name[0] == '\0')
+				*problem = "contains an empty database name";
+			else if (strlen(name) >= NAMEDATALEN)
+				*problem = psprintf("names a database longer than %d bytes", NAMEDATALEN - 1);
+			for (ListCell *other = list_head(names); *problem == NULL && other != lc;
+				 other = lnext(names, other))
+				if (strcmp(lfirst(other), name) == 0)
+					*problem = psprintf("names database \"%s\" twice", name);
+			if (*problem != NULL)
+				break;
+		}
+	return *problem == NULL ? names : NIL;
+}
+
+static bool
+le_check_task_database(char **newval, void **extra, GucSource source)
+{
+	const char *problem;
+
+	if (*newval != NULL)
+	{
+		(void) le_split_database_list(*newval, &problem);
+		if (problem != NULL)
+		{
+			GUC_check_errcode(ERRCODE_INVALID_PARAMETER_VALUE);
+			GUC_check_errmsg("leader_election.database %s", problem);
+			return false;
+		}
+	}
+	return true;
+}
+
+/* The databases whose tasks run, in the order of the setting. */
+List *
+le_task_database_list(void)
+{
+	const char *problem;
+	List	   *names = le_split_database_list(le_task_database, &problem);
+
+	if (names == NIL)
+		elog(ERROR, "leader_election.database %s", problem);
+	return names;
+}
+
+/* Is dbname one of the databases whose tasks run? */
+bool
+le_task_database_listed(const char *dbname)
+{
+	ListCell   *lc;
+
+	foreach(lc, le_task_database_list())
+		if (strcmp(lfirst(lc), dbname) == 0)
+			return true;
+	return false;
+}
+
 void
 le_task_define_settings(void)
 {
 	DefineCustomStringVariable("leader_election.database",
-							   "Database whose leader_election.tasks the task runner runs.",
-							   NULL,
+							   "Databases whose leader_election.tasks the task runner runs.",
+							   "A comma-separated list; one launcher per database.",
 							   &le_task_database,
 							   "postgres",
 							   PGC_POSTMASTER,
-							   GUC_SUPERUSER_ONLY,
-							   NULL, NULL, NULL);
+							   GUC_SUPERUSER_ONLY | GUC_LIST_INPUT,
+							   le_check_task_database, NULL, NULL);
 
 	DefineCustomIntVariable("leader_election.max_task_workers",
 							"Most tasks the task runner runs at once.",
@@ -78,6 +162,15 @@ le_task_define_settings(void)
 							4, 0, 64,
 							PGC_POSTMASTER,
 							0,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("leader_election.max_task_workers_per_role",
+							"Most task workers the tasks of one role may have at once.",
+							"0 means no limit beyond leader_election.max_task_workers.",
+							&le_max_task_workers_per_role,
+							0, 0, 64,
+							PGC_SIGHUP,
+							GUC_SUPERUSER_ONLY,
 							NULL, NULL, NULL);
 
 	DefineCustomStringVariable("leader_election.task_holder_id",
@@ -155,20 +248,30 @@ le_init_bgworker(BackgroundWorker *worker, const char *function, const char *typ
 	snprintf(worker->bgw_type, BGW_MAXLEN, "%s", type);
 }
 
-/* Called from _PG_init while shared_preload_libraries is processed. */
+/*
+ * Called from _PG_init while shared_preload_libraries is processed: one
+ * launcher per listed database; its argument is the database's position in
+ * the list.
+ */
 void
 le_task_runner_register(void)
 {
 	BackgroundWorker worker;
+	ListCell   *lc;
 
 	le_task_runner_preloaded = true;
 	if (le_max_task_workers == 0)
 		return;
 
-	le_init_bgworker(&worker, "le_launcher_main", "leader_election launcher");
-	worker.bgw_restart_time = 1;
-	snprintf(worker.bgw_name, BGW_MAXLEN, "leader_election launcher");
-	RegisterBackgroundWorker(&worker);
+	foreach(lc, le_task_database_list())
+	{
+		le_init_bgworker(&worker, "le_launcher_main", "leader_election launcher");
+		worker.bgw_restart_time = 1;
+		worker.bgw_main_arg = Int32GetDatum(foreach_current_index(lc));
+		snprintf(worker.bgw_name, BGW_MAXLEN, "leader_election launcher %s",
+				 (char *) lfirst(lc));
+		RegisterBackgroundWorker(&worker);
+	}
 }
 
 /* ---- the runner identity ---- */
@@ -185,7 +288,12 @@ le_compute_identity(char *buf)
 
 /* ---- the launcher's slots ---- */
 
-/* ---- the launcher's slots ---- */
+/* This launcher: its position in leader_election.database, and the name. */
+static int	le_me = -1;
+static char *le_my_database = NULL;
+
+/* Is the slot (read under its mutex) one of this launcher's? */
+#define LE_SLOT_MINE(slot)	((slot)->in_use && (slot)->launcher == le_me)
 
 /*
  * What the launcher remembers about a slot it handed out.  A slot in use
@@ -220,6 +328,9 @@ typedef struct LeTaskInfo
 } LeTaskInfo;
 
 static HTAB *le_task_info = NULL;
+
+/* The last scan found the extension missing, and said so in the log. */
+static bool le_said_not_installed = false;
 
 static LeTaskInfo *
 le_info(int64 id, const char *name)
@@ -260,6 +371,7 @@ le_free_slot(int i)
 	SpinLockAcquire(&slot->mutex);
 	slot->in_use = false;
 	slot->task_id = 0;
+	slot->owner = InvalidOid;
 	slot->name[0] = '\0';
 	slot->stopping = false;
 	slot->pid = 0;
@@ -288,8 +400,16 @@ le_stop_slot(int i)
 		TerminateBackgroundWorker(le_launcher_slots[i].handle);
 }
 
-/* Start a worker for t in slot i; false if no background worker was free. */
-static bool
+/* Outcome of le_start_worker(). */
+typedef enum LeStart
+{
+	LE_START_OK,
+	LE_START_SLOT_TAKEN,		/* another database's launcher claimed it */
+	LE_START_NO_BGWORKER		/* no background worker was free */
+} LeStart;
+
+/* Start a worker for t in slot i. */
+static LeStart
 le_start_worker(const LeTask *t, int i)
 {
 	BackgroundWorker worker;
@@ -299,9 +419,18 @@ le_start_worker(const LeTask *t, int i)
 	MemoryContext old;
 	bool		started;
 
+	/* Another database's launcher may have claimed the slot meanwhile. */
 	SpinLockAcquire(&slot->mutex);
+	if (slot->in_use)
+	{
+		SpinLockRelease(&slot->mutex);
+		return LE_START_SLOT_TAKEN;
+	}
 	slot->in_use = true;
+	slot->launcher = le_me;
+	slot->database = MyDatabaseId;
 	slot->task_id = t->id;
+	slot->owner = t->owner;
 	strlcpy(slot->name, t->name, sizeof(slot->name));
 	slot->stopping = false;
 	slot->pid = 0;
@@ -328,13 +457,13 @@ le_start_worker(const LeTask *t, int i)
 	if (!started)
 	{
 		le_free_slot(i);
-		return false;
+		return LE_START_NO_BGWORKER;
 	}
 	le_launcher_slots[i].handle = handle;
 	le_launcher_slots[i].name = MemoryContextStrdup(TopMemoryContext, t->name);
 	le_launcher_slots[i].started = GetCurrentTimestamp();
 	le_launcher_slots[i].last_renewal = 0;
-	return true;
+	return LE_START_OK;
 }
 
 /*
@@ -381,6 +510,40 @@ le_worker_gone(int i)
 	ereport(LOG,
 			(errmsg("leader_election: the worker of task \"%s\" exited on an error (%d in a row): %s",
 					mine->name, info->deaths, info->last_error)));
+}
+
+/* How many slots the tasks of role hold (workers alive or exiting). */
+static int
+le_role_workers(Oid role)
+{
+	int			n = 0;
+
+	for (int i = 0; i < le_tasks->nslots; i++)
+	{
+		LeTaskSlot *slot = &le_tasks->slots[i];
+
+		SpinLockAcquire(&slot->mutex);
+		if (slot->in_use && slot->owner == role)
+			n++;
+		SpinLockRelease(&slot->mutex);
+	}
+	return n;
+}
+
+/*
+ * The next task to hand a slot to: of those not handled yet, one whose
+ * role holds the fewest slots (workers[k] for tasks[k]), the lowest id
+ * among them (tasks are in id order).
+ */
+static int
+le_next_fair_task(int ntasks, const bool *handled, const int *workers)
+{
+	int			best = -1;
+
+	for (int k = 0; k < ntasks; k++)
+		if (!handled[k] && (best < 0 || workers[k] < workers[best]))
+			best = k;
+	return best;
 }
 
 /* Is the extension installed in this database (it may be dropped)? */
@@ -453,9 +616,17 @@ le_launcher_scan(MemoryContext cxt)
 		HASH_SEQ_STATUS seq;
 		LeTaskInfo *info;
 		TimestampTz now;
+		bool	   *handled;
+		int		   *workers;
 
 		le_task_xact_begin();
 		installed = le_extension_installed();
+		if (!installed && !le_said_not_installed)
+			ereport(LOG,
+					(errmsg("leader_election: database \"%s\" has no leader_election extension; its tasks are skipped",
+							le_my_database),
+					 errdetail("The launcher looks again every second and says nothing more until the extension is there.")));
+		le_said_not_installed = !installed;
 		if (installed)
 		{
 			LeTask	   *enabled;
@@ -491,12 +662,12 @@ le_launcher_scan(MemoryContext cxt)
 			pid_t		pid;
 
 			SpinLockAcquire(&slot->mutex);
-			in_use = slot->in_use;
+			in_use = LE_SLOT_MINE(slot);
 			task_id = slot->task_id;
 			pid = slot->pid;
 			SpinLockRelease(&slot->mutex);
 			if (!in_use)
-				continue;
+				continue;		/* free, or another database's */
 			if (mine->handle == NULL)
 				gone = (pid == 0);	/* a previous launcher's worker */
 			else
@@ -516,15 +687,26 @@ le_launcher_scan(MemoryContext cxt)
 
 		/*
 		 * Start workers for enabled tasks that have none, one per lease name:
-		 * a worker still exiting keeps its name taken till it is gone.
+		 * a worker still exiting keeps its name taken till it is gone.  The
+		 * tasks of the roles with the fewest workers go first, and no role
+		 * gets more than its quota (task_runner.h, "Slots").
 		 */
 		now = GetCurrentTimestamp();
+		handled = MemoryContextAllocZero(cxt, sizeof(bool) * Max(ntasks, 1));
+		workers = MemoryContextAlloc(cxt, sizeof(int) * Max(ntasks, 1));
 		for (int k = 0; k < ntasks; k++)
+			workers[k] = le_role_workers(tasks[k].owner);
+		for (int round = 0; round < ntasks; round++)
 		{
-			LeTask	   *t = &tasks[k];
+			LeTask	   *t;
+			int			k = le_next_fair_task(ntasks, handled, workers);
 			int			free_slot = -1;
 			bool		has_worker = false;
 			bool		name_taken = false;
+			int			role_workers = workers[k];
+
+			handled[k] = true;
+			t = &tasks[k];
 
 			info = le_info(t->id, t->name);
 			info->seen = true;
@@ -538,7 +720,8 @@ le_launcher_scan(MemoryContext cxt)
 					if (free_slot < 0)
 						free_slot = i;
 				}
-				else if (strcmp(slot->name, t->name) == 0)
+				else if (slot->database == MyDatabaseId &&
+						 strcmp(slot->name, t->name) == 0)
 				{
 					if (slot->task_id == t->id && !slot->stopping)
 						has_worker = true;
@@ -566,19 +749,37 @@ le_launcher_scan(MemoryContext cxt)
 			else if (now < info->retry_at)
 				le_info_state(info, psprintf("waiting to restart after %d worker failures in a row",
 											 info->deaths), NULL);
+			else if (le_max_task_workers_per_role > 0 &&
+					 role_workers >= le_max_task_workers_per_role)
+				le_info_state(info, psprintf("waiting for a task worker slot (its role has leader_election.max_task_workers_per_role = %d workers)",
+											 le_max_task_workers_per_role),
+							  psprintf("Role \"%s\" already has as many task workers as leader_election.max_task_workers_per_role allows.",
+									   t->role_name));
 			else if (free_slot < 0)
 				le_info_state(info, psprintf("waiting for a task worker slot (leader_election.max_task_workers = %d)",
 											 le_max_task_workers),
 							  "Every task worker slot is in use; raise leader_election.max_task_workers.");
-			else if (bgworkers_full || !le_start_worker(t, free_slot))
-			{
-				bgworkers_full = true;
-				le_info_state(info, "waiting for a background worker (max_worker_processes)",
-							  psprintf("Every one of the max_worker_processes (%d) background workers is in use; raise it.",
-									   max_worker_processes));
-			}
 			else
-				le_info_state(info, "worker started", NULL);
+			{
+				LeStart		started = bgworkers_full ? LE_START_NO_BGWORKER :
+					le_start_worker(t, free_slot);
+
+				if (started == LE_START_OK)
+				{
+					le_info_state(info, "worker started", NULL);
+					for (int j = 0; j < ntasks; j++)
+						if (tasks[j].owner == t->owner)
+							workers[j]++;
+				}
+				else if (started == LE_START_NO_BGWORKER)
+				{
+					bgworkers_full = true;
+					le_info_state(info, "waiting for a background worker (max_worker_processes)",
+								  psprintf("Every one of the max_worker_processes (%d) background workers is in use; raise it.",
+										   max_worker_processes));
+				}
+				/* LE_START_SLOT_TAKEN: look again at the next scan */
+			}
 		}
 
 		/* Show the states; forget tasks that are no longer enabled. */
@@ -729,7 +930,7 @@ le_launcher_tend_runs(const char *identity)
 		bool		lost = false;
 
 		SpinLockAcquire(&slot->mutex);
-		running = slot->in_use && slot->running && !slot->stopping;
+		running = LE_SLOT_MINE(slot) && slot->running && !slot->stopping;
 		run_id = slot->run_id;
 		term = slot->term;
 		ttl = slot->ttl_usecs;
@@ -774,15 +975,15 @@ le_launcher_exit(int code, Datum arg)
 		if (le_launcher_slots[i].handle != NULL)
 			le_stop_slot(i);
 	SpinLockAcquire(&le_tasks->mutex);
-	le_tasks->launcher = NULL;
+	le_tasks->launchers[le_me].proc = NULL;
 	SpinLockRelease(&le_tasks->mutex);
 }
 
 /*
- * Before connecting: if the previous launchers could not connect (the
- * database named by leader_election.database is missing, or not accepting
- * connections), wait 1, 2, 4 ... 60 s, and say once what is wrong.  The
- * count is reset once a launcher has connected.
+ * Before connecting: if the previous launchers of this database could not
+ * connect (it is missing, or not accepting connections), wait 1, 2, 4 ...
+ * 60 s, and say once what is wrong.  The count, kept per listed database,
+ * is reset once a launcher has connected.
  */
 static void
 le_launcher_connect_backoff(void)
@@ -792,17 +993,17 @@ le_launcher_connect_backoff(void)
 	TimestampTz until;
 
 	SpinLockAcquire(&le_tasks->mutex);
-	failures = le_tasks->connect_failures++;
-	said = le_tasks->connect_failure_said;
-	le_tasks->connect_failure_said = said || failures > 0;
+	failures = le_tasks->launchers[le_me].connect_failures++;
+	said = le_tasks->launchers[le_me].connect_failure_said;
+	le_tasks->launchers[le_me].connect_failure_said = said || failures > 0;
 	SpinLockRelease(&le_tasks->mutex);
 	if (failures == 0)
 		return;
 	if (!said)
 		ereport(LOG,
 				(errmsg("leader_election: the task runner cannot connect to database \"%s\"",
-						le_task_database),
-				 errdetail("The launcher could not connect to the database named by leader_election.database; it tries again after 1, 2, 4 ... 60 seconds, without saying this again."),
+						le_my_database),
+				 errdetail("The launcher could not connect to this database, listed in leader_election.database; it tries again after 1, 2, 4 ... 60 seconds, without saying this again.  The tasks of the other listed databases run."),
 				 errhint("Create the database and the extension in it, or change leader_election.database and restart the server.")));
 	until = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
 										Min(1000L << Min(failures - 1, 16), LE_TASK_BACKOFF_MAX_MS));
@@ -831,11 +1032,14 @@ le_launcher_main(Datum main_arg)
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, SignalHandlerForShutdownRequest);
 	BackgroundWorkerUnblockSignals();
+	le_me = DatumGetInt32(main_arg);
+	le_my_database = MemoryContextStrdup(TopMemoryContext,
+										 list_nth(le_task_database_list(), le_me));
 	le_launcher_connect_backoff();
-	BackgroundWorkerInitializeConnection(le_task_database, NULL, 0);
+	BackgroundWorkerInitializeConnection(le_my_database, NULL, 0);
 	SpinLockAcquire(&le_tasks->mutex);
-	le_tasks->connect_failures = 0;
-	le_tasks->connect_failure_said = false;
+	le_tasks->launchers[le_me].connect_failures = 0;
+	le_tasks->launchers[le_me].connect_failure_said = false;
 	SpinLockRelease(&le_tasks->mutex);
 
 	le_launcher_slots = MemoryContextAllocZero(TopMemoryContext,
@@ -848,8 +1052,9 @@ le_launcher_main(Datum main_arg)
 	le_task_info = hash_create("leader_election tasks", 64, &ctl, HASH_ELEM | HASH_BLOBS);
 
 	/*
-	 * A previous launcher told its workers to stop when it exited
-	 * (le_launcher_exit).  Slots whose worker is gone are free; a worker
+	 * A previous launcher of this database told its workers to stop when it
+	 * exited (le_launcher_exit).  Its slots whose worker is gone are free
+	 * (the other databases' slots are not ours to touch); a worker
 	 * still exiting keeps its slot, and its name, until it is gone
 	 * (le_launcher_scan), and is not renewed.
 	 */
@@ -858,19 +1063,22 @@ le_launcher_main(Datum main_arg)
 		LeTaskSlot *slot = &le_tasks->slots[i];
 
 		SpinLockAcquire(&slot->mutex);
-		slot->in_use = (slot->pid != 0);
-		slot->stopping = slot->in_use;
+		if (slot->in_use && slot->launcher == le_me)
+		{
+			slot->in_use = (slot->pid != 0);
+			slot->stopping = slot->in_use;
+		}
 		SpinLockRelease(&slot->mutex);
 	}
 	le_compute_identity(identity);
 	SpinLockAcquire(&le_tasks->mutex);
-	le_tasks->launcher = MyProc;
+	le_tasks->launchers[le_me].proc = MyProc;
 	strlcpy(le_tasks->identity, identity, sizeof(le_tasks->identity));
 	SpinLockRelease(&le_tasks->mutex);
 	before_shmem_exit(le_launcher_exit, (Datum) 0);
 	ereport(LOG,
 			(errmsg("leader_election launcher started in database \"%s\" as holder \"%s\"",
-					le_task_database, identity)));
+					le_my_database, identity)));
 
 	while (!ShutdownRequestPending)
 	{

@@ -13,9 +13,9 @@
  * task tables: every write goes through le_exec_as_task_tables_owner(),
  * with parameters only, never concatenated values.
  *
- * This file never starts, stops or signals a worker and never touches a
- * lease: a task's lease name is checked against its owner here (lease.c,
- * I8) but only the worker ever takes it.  The design of the runner is in
+ * This file never starts, stops or signals a worker and never takes a
+ * lease: register_task claims the task's lease name for its owner
+ * (le_claim_name, lease.c I8), and only the worker ever takes the lease.  The design of the runner is in
  * task_runner.h.
  *
  *-------------------------------------------------------------------------
@@ -30,6 +30,8 @@
 #include "tcop/utility.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
+#include "utils/regproc.h"
+#include "utils/syscache.h"
 
 #include "task_runner.h"
 
@@ -55,11 +57,15 @@ static char *
 le_task_query(const char *source, const char *tail)
 {
 	return psprintf(
-					"SELECT t.id, t.name, t.owner, t.procedure::pg_catalog.oid,"
+					"SELECT t.id, t.name, t.owner, p.oid,"
 					"  (pg_catalog.date_part('epoch', t.ttl) OPERATOR(pg_catalog.*) 1000000)::pg_catalog.int8,"
 					"  (pg_catalog.date_part('epoch', t.run_every) OPERATOR(pg_catalog.*) 1000000)::pg_catalog.int8,"
 					"  t.enabled,"
-					"  r.oid IS NOT NULL, r.rolname::pg_catalog.text, r.rolcanlogin, r.rolsuper,"
+					"  r.oid IS NOT NULL, r.rolname::pg_catalog.text, r.rolcanlogin,"
+					"  CASE WHEN r.oid IS NOT NULL THEN (SELECT s.rolname::pg_catalog.text"
+					"       FROM pg_catalog.pg_roles AS s WHERE s.rolsuper"
+					"       AND pg_catalog.pg_has_role(t.owner, s.oid, 'MEMBER')"
+					"       ORDER BY s.oid OPERATOR(pg_catalog.<>) t.owner, s.rolname LIMIT 1) END,"
 					"  CASE WHEN r.oid IS NOT NULL THEN pg_catalog.has_database_privilege(t.owner,"
 					"       pg_catalog.current_database(), 'CONNECT') END,"
 					"  p.oid IS NOT NULL, n.nspname::pg_catalog.text, p.proname::pg_catalog.text,"
@@ -68,10 +74,16 @@ le_task_query(const char *source, const char *tail)
 					"  p.proallargtypes IS NULL,"
 					"  CASE WHEN r.oid IS NOT NULL AND p.oid IS NOT NULL THEN"
 					"       pg_catalog.has_schema_privilege(t.owner, p.pronamespace, 'USAGE') AND"
-					"       pg_catalog.has_function_privilege(t.owner, p.oid, 'EXECUTE') END"
+					"       pg_catalog.has_function_privilege(t.owner, p.oid, 'EXECUTE') END,"
+					"  r.rolvaliduntil OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp(),"
+					"  r.rolvaliduntil::pg_catalog.text,"
+					"  CASE WHEN r.oid IS NOT NULL AND p.oid IS NOT NULL THEN"
+					"       pg_catalog.pg_has_role(t.owner, p.proowner, 'USAGE') END,"
+					"  pg_catalog.pg_get_userbyid(p.proowner)::pg_catalog.text"
 					" FROM %s AS t"
 					" LEFT JOIN pg_catalog.pg_roles AS r ON r.oid OPERATOR(pg_catalog.=) t.owner"
-					" LEFT JOIN pg_catalog.pg_proc AS p ON p.oid OPERATOR(pg_catalog.=) t.procedure::pg_catalog.oid"
+					" LEFT JOIN pg_catalog.pg_proc AS p ON p.oid OPERATOR(pg_catalog.=)"
+					"   pg_catalog.to_regprocedure(t.procedure::pg_catalog.text)::pg_catalog.oid"
 					" LEFT JOIN pg_catalog.pg_namespace AS n ON n.oid OPERATOR(pg_catalog.=) p.pronamespace"
 					" %s",
 					source, tail);
@@ -124,7 +136,8 @@ le_task_from_tuple(HeapTuple tup, TupleDesc desc, LeTask *t)
 	t->role_exists = le_spi_bool(tup, desc, 8);
 	t->role_name = SPI_getvalue(tup, desc, 9);
 	t->can_login = le_spi_bool(tup, desc, 10);
-	t->superuser = le_spi_bool(tup, desc, 11);
+	t->super_role = SPI_getvalue(tup, desc, 11);
+	t->superuser = (t->super_role != NULL);
 	t->can_connect = le_spi_bool(tup, desc, 12);
 	t->proc_exists = le_spi_bool(tup, desc, 13);
 	t->proc_schema = SPI_getvalue(tup, desc, 14);
@@ -138,50 +151,96 @@ le_task_from_tuple(HeapTuple tup, TupleDesc desc, LeTask *t)
 	t->arg0 = le_spi_oid(tup, desc, 19);
 	t->only_in_args = le_spi_bool(tup, desc, 20);
 	t->can_execute = le_spi_bool(tup, desc, 21);
+	t->expired = le_spi_bool(tup, desc, 22);
+	t->valid_until = SPI_getvalue(tup, desc, 23);
+	t->has_proc_owner_privs = le_spi_bool(tup, desc, 24);
+	t->proc_owner_name = SPI_getvalue(tup, desc, 25);
+}
+
+/*
+ * Does the task's lease name now belong to a role whose privileges the
+ * task's owner does not have (a name handed to another role by
+ * assign_name after register_task claimed it)?  Read from the table with
+ * the writers' own lookup, which row-level security does not filter.
+ */
+static void
+le_task_check_name(LeTask *t)
+{
+	LeaseRow	row;
+
+	le_store_read(t->name, &row);
+	t->name_foreign = row.found && row.owner != t->owner &&
+		!has_privs_of_role(t->owner, row.owner);
 }
 
 /* ---- the checks ---- */
 
 /*
- * Why the task cannot run now, or NULL.  The same checks at registration,
- * before the launcher starts a worker, and before every run.
+ * Why the task cannot run now, or NULL, and in *code the SQLSTATE with
+ * which registration refuses it.  The same checks at registration, before
+ * the launcher starts a worker, and before every run.
  */
-char *
-le_task_problem(const LeTask *t)
+static char *
+le_task_check(const LeTask *t, int *code)
 {
+	*code = ERRCODE_INSUFFICIENT_PRIVILEGE;
 	if (!t->role_exists)
 		return psprintf("the owner role (OID %u) no longer exists", t->owner);
 	if (!t->can_login)
 		return psprintf("role \"%s\" cannot log in (task workers connect as the task's owner, which needs LOGIN)",
 						t->role_name);
+	if (t->expired)
+		return psprintf("role \"%s\" has expired (VALID UNTIL %s)",
+						t->role_name, t->valid_until);
 	if (t->superuser && !le_allow_superuser_tasks)
-		return psprintf("role \"%s\" is a superuser and leader_election.allow_superuser_tasks is off",
-						t->role_name);
+	{
+		if (strcmp(t->super_role, t->role_name) == 0)
+			return psprintf("role \"%s\" is a superuser and leader_election.allow_superuser_tasks is off",
+							t->role_name);
+		return psprintf("role \"%s\" is a member of superuser role \"%s\" and leader_election.allow_superuser_tasks is off",
+						t->role_name, t->super_role);
+	}
 	if (!t->can_connect)
 		return psprintf("role \"%s\" lacks CONNECT on this database", t->role_name);
+	*code = ERRCODE_WRONG_OBJECT_TYPE;
 	if (!t->proc_exists)
-		return psprintf("procedure %s no longer exists", t->proc_text);
+		return psprintf("procedure %s no longer exists (dropped, or renamed)", t->proc_text);
 	if (t->prokind != 'p')
 		return psprintf("%s is not a procedure", t->proc_text);
+	*code = ERRCODE_INVALID_FUNCTION_DEFINITION;
 	if (!t->only_in_args ||
 		!(t->nargs == 0 || (t->nargs == 1 && t->arg0 == INT8OID)))
 		return psprintf("procedure %s must take no arguments or a single bigint (the term)",
 						t->proc_text);
+	*code = ERRCODE_INSUFFICIENT_PRIVILEGE;
 	if (!t->can_execute)
 		return psprintf("role \"%s\" lacks EXECUTE on procedure %s (or USAGE on its schema)",
 						t->role_name, t->proc_text);
+	if (!t->has_proc_owner_privs)
+		return psprintf("role \"%s\" does not have the privileges of role \"%s\", the owner of procedure %s (who could change what it does)",
+						t->role_name, t->proc_owner_name ? t->proc_owner_name : "?",
+						t->proc_text);
+	if (t->name_foreign)
+		return psprintf("the lease name \"%s\" belongs to another role", t->name);
 	return NULL;
+}
+
+char *
+le_task_problem(const LeTask *t)
+{
+	int			code;
+
+	return le_task_check(t, &code);
 }
 
 /* The SQLSTATE with which registration refuses a task with a problem. */
 int
 le_task_problem_code(const LeTask *t)
 {
-	if (!t->proc_exists || t->prokind != 'p')
-		return ERRCODE_WRONG_OBJECT_TYPE;
-	if (!t->can_login || t->superuser || !t->can_connect || !t->can_execute)
-		return ERRCODE_INSUFFICIENT_PRIVILEGE;
-	return ERRCODE_INVALID_FUNCTION_DEFINITION;
+	int			code;
+
+	(void) le_task_check(t, &code);
+	return code;
 }
 
 /* ---- reading tasks (in the caller's SPI connection) ---- */
@@ -208,6 +267,7 @@ le_task_load(int64 task_id, LeTask *t, MemoryContext into)
 		return false;
 	old = MemoryContextSwitchTo(into);
 	le_task_from_tuple(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, t);
+	le_task_check_name(t);
 	MemoryContextSwitchTo(old);
 	return true;
 }
@@ -230,6 +290,8 @@ le_task_load_enabled(MemoryContext into, int *ntasks)
 	tasks = palloc0(sizeof(LeTask) * Max(*ntasks, 1));
 	for (int k = 0; k < *ntasks; k++)
 		le_task_from_tuple(SPI_tuptable->vals[k], SPI_tuptable->tupdesc, &tasks[k]);
+	for (int k = 0; k < *ntasks; k++)
+		le_task_check_name(&tasks[k]);
 	MemoryContextSwitchTo(old);
 	return tasks;
 }
@@ -296,7 +358,13 @@ le_task_disable(const LeTask *t, const char *reason)
 	values[1] = CStringGetTextDatum(t->name);
 	values[2] = ObjectIdGetDatum(t->owner);
 	values[3] = CStringGetTextDatum(reason);
-	le_exec_as_task_tables_owner("UPDATE leader_election.tasks SET enabled = false, disabled_reason = $4,"
+	le_exec_as_task_tables_owner(le_store_schema_1_0() ?
+								 "UPDATE leader_election.tasks SET enabled = false, disabled_reason = $4,"
+								 " last_status = 'skipped'"
+								 " WHERE id OPERATOR(pg_catalog.=) (SELECT l.id FROM leader_election.tasks AS l"
+								 "   WHERE l.id OPERATOR(pg_catalog.=) $1 AND l.name OPERATOR(pg_catalog.=) $2"
+								 "   AND l.owner OPERATOR(pg_catalog.=) $3 FOR NO KEY UPDATE SKIP LOCKED)" :
+								 "UPDATE leader_election.tasks SET enabled = false, disabled_reason = $4,"
 								 " last_status = 'skipped', runner_state = NULL"
 								 " WHERE id OPERATOR(pg_catalog.=) (SELECT l.id FROM leader_election.tasks AS l"
 								 "   WHERE l.id OPERATOR(pg_catalog.=) $1 AND l.name OPERATOR(pg_catalog.=) $2"
@@ -311,7 +379,8 @@ le_task_disable(const LeTask *t, const char *reason)
 								 4, types, values, NULL, false, 0);
 	ereport(LOG,
 			(errmsg("leader_election: task \"%s\" disabled: %s", t->name, reason),
-			 errhint("Fix the cause, then call leader_election.enable_task('%s').", t->name)));
+			 errhint("Fix the cause, then call leader_election.enable_task(%s).",
+					 quote_literal_cstr(t->name))));
 	return true;
 }
 
@@ -326,6 +395,9 @@ le_task_set_state(int64 task_id, const char *state)
 	Oid			types[2] = {INT8OID, TEXTOID};
 	Datum		values[2];
 
+	/* The 1.0 objects (before ALTER EXTENSION UPDATE) have no runner_state. */
+	if (le_store_schema_1_0())
+		return true;
 	values[0] = Int64GetDatum(task_id);
 	values[1] = CStringGetTextDatum(state);
 	le_exec_as_task_tables_owner("UPDATE leader_election.tasks SET runner_state = $2"
@@ -415,6 +487,24 @@ le_change_own_task(const char *name, const char *function, const char *sql,
 }
 
 /*
+ * How tasks.procedure keeps a procedure: its signature, schema-qualified
+ * with qualified argument types (app.rollup(bigint)), which reads back to
+ * the same procedure whatever the search_path.  Not its OID (a regprocedure
+ * column): pg_upgrade keeps no function OIDs and refuses tables with such
+ * columns.  The runner resolves it at every scan (le_task_query), so a
+ * renamed or dropped procedure disables the task with the reason.
+ */
+static Datum
+le_procedure_signature(Oid procedure)
+{
+	if (!SearchSysCacheExists1(PROCOID, ObjectIdGetDatum(procedure)))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_FUNCTION),
+				 errmsg("procedure with OID %u does not exist", procedure)));
+	return CStringGetTextDatum(format_procedure_qualified(procedure));
+}
+
+/*
  * leader_election.register_task(name text, procedure regprocedure,
  *								 run_every interval, ttl interval) returns bigint
  */
@@ -423,10 +513,9 @@ register_task(PG_FUNCTION_ARGS)
 {
 	char	   *name = le_checked_name(fcinfo, 0);
 	Oid			me = GetUserId();
-	Oid			types[5] = {TEXTOID, OIDOID, OIDOID, INTERVALOID, INTERVALOID};
+	Oid			types[5] = {TEXTOID, OIDOID, TEXTOID, INTERVALOID, INTERVALOID};
 	Datum		values[5];
 	LeTask		t;
-	LeaseRow	row;
 	char	   *problem;
 	int64		id;
 	Oid			other_owner;
@@ -442,13 +531,13 @@ register_task(PG_FUNCTION_ARGS)
 							   LE_TASK_MAX_TTL_USECS, "1 second and 1 day");
 	PreventCommandDuringRecovery("register_task()");
 
-	/* The lease name must not belong to another role (lease.c, I8). */
-	le_store_read(name, &row);
-	if (row.found && row.owner != me && !has_privs_of_role(me, row.owner))
-		ereport(ERROR,
-				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-				 errmsg("permission denied for lease \"%s\"", name),
-				 errdetail("The lease name belongs to another role.")));
+	/*
+	 * The lease name must not belong to another role (lease.c, I8); a new
+	 * name becomes the caller's now, so that no other role can take it
+	 * before the first run.  Rolled back with the registration if a check
+	 * below fails.
+	 */
+	le_claim_name(name);
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
@@ -459,7 +548,7 @@ register_task(PG_FUNCTION_ARGS)
 
 	values[0] = CStringGetTextDatum(name);
 	values[1] = ObjectIdGetDatum(me);
-	values[2] = PG_GETARG_DATUM(1);
+	values[2] = le_procedure_signature(PG_GETARG_OID(1));
 	values[3] = PG_GETARG_DATUM(2);
 	values[4] = PG_GETARG_DATUM(3);
 
@@ -467,7 +556,7 @@ register_task(PG_FUNCTION_ARGS)
 	rc = SPI_execute_with_args(le_task_query("(SELECT 0::pg_catalog.int8 AS id,"
 											 " $1::pg_catalog.text AS name,"
 											 " $2::pg_catalog.oid AS owner,"
-											 " $3::pg_catalog.oid::pg_catalog.regprocedure AS procedure,"
+											 " $3 AS procedure,"
 											 " $4::pg_catalog.interval AS run_every,"
 											 " $5::pg_catalog.interval AS ttl,"
 											 " true AS enabled)", ""),
@@ -481,7 +570,10 @@ register_task(PG_FUNCTION_ARGS)
 				(errcode(le_task_problem_code(&t)),
 				 errmsg("cannot register task \"%s\": %s", name, problem)));
 
-	le_exec_as_task_tables_owner("INSERT INTO leader_election.tasks (name, owner, procedure, run_every, ttl)"
+	le_exec_as_task_tables_owner(le_store_schema_1_0() ?
+								 "INSERT INTO leader_election.tasks (name, owner, procedure, run_every, ttl)"
+								 " VALUES ($1, $2, $3::pg_catalog.regprocedure, $4, $5) RETURNING id" :
+								 "INSERT INTO leader_election.tasks (name, owner, procedure, run_every, ttl)"
 								 " VALUES ($1, $2, $3, $4, $5) RETURNING id",
 								 5, types, values, NULL, false, 1);
 	id = le_spi_int64(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
@@ -492,11 +584,11 @@ register_task(PG_FUNCTION_ARGS)
 				(errmsg("task \"%s\" is registered but will not run until leader_election is in shared_preload_libraries",
 						name),
 				 errhint("Add leader_election to shared_preload_libraries and restart the server.")));
-	else if (strcmp(get_database_name(MyDatabaseId), le_task_database) != 0)
+	else if (!le_task_database_listed(get_database_name(MyDatabaseId)))
 		ereport(NOTICE,
-				(errmsg("task \"%s\" is registered but will not run: the task runner works in another database",
+				(errmsg("task \"%s\" is registered but will not run: the task runner works in other databases",
 						name),
-				 errhint("The runner runs the tasks of the database named by leader_election.database.")));
+				 errhint("The runner runs the tasks of the databases listed in leader_election.database.")));
 	PG_RETURN_INT64(id);
 }
 
@@ -524,6 +616,9 @@ le_set_enabled(FunctionCallInfo fcinfo, bool enabled)
 	values[1] = BoolGetDatum(enabled);
 	PG_RETURN_BOOL(le_change_own_task(name,
 									  enabled ? "enable_task()" : "disable_task()",
+									  le_store_schema_1_0() ?
+									  "UPDATE leader_election.tasks SET enabled = $2, disabled_reason = NULL"
+									  " WHERE id OPERATOR(pg_catalog.=) $1" :
 									  "UPDATE leader_election.tasks SET enabled = $2, disabled_reason = NULL,"
 									  " runner_state = CASE WHEN $2 THEN runner_state END"
 									  " WHERE id OPERATOR(pg_catalog.=) $1",
@@ -558,7 +653,7 @@ Datum
 alter_task(PG_FUNCTION_ARGS)
 {
 	char	   *name = le_checked_name(fcinfo, 0);
-	Oid			types[4] = {INT8OID, OIDOID, INTERVALOID, INTERVALOID};
+	Oid			types[4] = {INT8OID, TEXTOID, INTERVALOID, INTERVALOID};
 	Datum		values[4];
 	char		nulls[4] = {' ', ' ', ' ', ' '};
 	LeTask		t;
@@ -596,12 +691,12 @@ alter_task(PG_FUNCTION_ARGS)
 			values[i] = (Datum) 0;
 		}
 		else
-			values[i] = PG_GETARG_DATUM(i);
+			values[i] = i == 1 ? le_procedure_signature(PG_GETARG_OID(1)) : PG_GETARG_DATUM(i);
 	}
 
 	/* The same checks the runner makes, on the values the task will have. */
 	le_exec_as_task_tables_owner(le_task_query("(SELECT o.id, o.name, o.owner,"
-											   " COALESCE($2::pg_catalog.regprocedure, o.procedure) AS procedure,"
+											   " COALESCE($2, o.procedure) AS procedure,"
 											   " COALESCE($3, o.run_every) AS run_every,"
 											   " COALESCE($4, o.ttl) AS ttl,"
 											   " true AS enabled FROM leader_election.tasks AS o"
@@ -610,6 +705,7 @@ alter_task(PG_FUNCTION_ARGS)
 	if (SPI_processed != 1)
 		elog(ERROR, "checking the task failed");
 	le_task_from_tuple(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, &t);
+	le_task_check_name(&t);
 	problem = le_task_problem(&t);
 	if (problem != NULL)
 		ereport(ERROR,
@@ -617,7 +713,7 @@ alter_task(PG_FUNCTION_ARGS)
 				 errmsg("cannot alter task \"%s\": %s", name, problem)));
 
 	le_exec_as_task_tables_owner("UPDATE leader_election.tasks SET"
-									  " procedure = COALESCE($2::pg_catalog.regprocedure, procedure),"
+									  " procedure = COALESCE($2, procedure),"
 									  " run_every = COALESCE($3, run_every),"
 									  " ttl = COALESCE($4, ttl)"
 									  " WHERE id OPERATOR(pg_catalog.=) $1",

@@ -15,14 +15,16 @@
  *
  * Registration (task_registry.c) only writes a row of leader_election.tasks;
  * it works with or without preloading.  With shared_preload_libraries =
- * 'leader_election' the postmaster starts the launcher once recovery has
- * finished (so a hot standby runs nothing and a promoted standby starts by
- * itself).  The launcher connects to the database named by
- * leader_election.database as the bootstrap superuser and, about once a
+ * 'leader_election' the postmaster starts one launcher per database listed
+ * in leader_election.database once recovery has finished (so a hot standby
+ * runs nothing and a promoted standby starts by itself).  Each launcher
+ * connects to its database as the bootstrap superuser and, about once a
  * second:
  *	  - reads the enabled tasks and checks each one's owner and procedure
- *		(le_task_problem); a task that fails a check is disabled with a
- *		'skipped' row in task_runs and a log line;
+ *		(le_task_problem: LOGIN, VALID UNTIL, no superuser power even by
+ *		membership, CONNECT, EXECUTE, the procedure owner's privileges, the
+ *		lease name still the owner's); a task that fails a check is
+ *		disabled with a 'skipped' row in task_runs and a log line;
  *	  - starts a dynamic worker per enabled task, up to max_task_workers,
  *		and stops the workers of tasks that were disabled or unregistered.
  * In between, as often as the shortest ttl needs, it renews the leases of
@@ -36,8 +38,8 @@
  * (le_try_acquire: acquires, or renews its own); when it holds the lease
  * and the task is due it records a 'running' row in that same transaction
  * and commits, so a run never starts without a lease that was valid an
- * instant before.  It then CALLs the procedure non-atomically (it may
- * COMMIT) and records the outcome.  Runs are start-to-start run_every
+ * instant before.  It then CALLs the procedure, by the OID registered, not
+ * by name, non-atomically (it may COMMIT) and records the outcome.  Runs are start-to-start run_every
  * apart; an overrun delays the next run and never overlaps it.
  *
  * One run per name.  The launcher hands out slots by lease name, not by
@@ -102,11 +104,27 @@
  * lease writes have a lock timeout, so one role's open transaction can
  * stall neither the launcher's scan nor the renewals of other tasks.
  *
- * Slots.  A task that cannot get a worker (no free slot, or no background
- * worker) shows why in tasks.runner_state, and the log says so once.
+ * Slots.  A task that cannot get a worker (no free slot, its role's
+ * quota leader_election.max_task_workers_per_role used up, or no
+ * background worker) shows why in tasks.runner_state, and the log says so
+ * once.  Free slots go to the tasks whose roles have the fewest workers
+ * first (ties by task id), so while slots are short every role gets its
+ * turn; the quota keeps one role's idle workers from holding every slot.
+ * A worker keeps its slot while its task is enabled: neither rule stops a
+ * worker that has one.
  *
- * Database.  If the launcher cannot connect to leader_election.database,
- * it retries after 1, 2, 4 ... 60 s and logs the reason once.
+ * Databases.  leader_election.database lists the databases whose tasks
+ * run, one launcher each (at most LE_TASK_MAX_DATABASES).  The launchers
+ * share the max_task_workers slots: a slot belongs to the launcher that
+ * claimed it (slot->launcher, slot->database) until that launcher frees it,
+ * and a launcher looks only at its own slots, so the launchers of two
+ * databases never stop, renew or free each other's workers.  Free slots go
+ * to whichever launcher claims them first.  One run per name holds within a
+ * database (names of two databases are different leases).  A launcher that
+ * cannot connect to its database (missing, dropped, not accepting
+ * connections) retries after 1, 2, 4 ... 60 s and logs the reason once; a
+ * database without the extension is logged once and skipped until it has
+ * it.  Neither affects the other databases' launchers.
  *
  * The runner identity is leader_election.task_holder_id, or by default
  * 'task-runner:<system identifier>:<timeline>'.  The timeline makes a
@@ -151,7 +169,7 @@
  *
  * LOCKING.  Every field but confirmed_expires is read and written under
  * mutex.  The launcher owns in_use, task_id and name (it hands the slot
- * out and takes it back), stopping and cancel_requested/cancel_reason; the
+ * out and takes it back), owner, stopping and cancel_requested/cancel_reason; the
  * worker owns pid (set when it claims the slot, cleared when it exits),
  * the run fields running, run_id, term and ttl_usecs, and how it exited
  * (exit_expected, last_error), which the launcher reads once pid is 0.  confirmed_expires is written under
@@ -167,7 +185,10 @@ typedef struct LeTaskSlot
 {
 	slock_t		mutex;
 	bool		in_use;			/* launcher: slot assigned to task_id */
+	int			launcher;		/* launcher: index of the launcher that owns it */
+	Oid			database;		/* launcher: that launcher's database */
 	int64		task_id;
+	Oid			owner;			/* launcher: the task's owner */
 	char		name[LE_MAX_NAME_BYTES + 1];	/* launcher: the task's lease name */
 	bool		stopping;		/* launcher: told the worker to stop */
 	pid_t		pid;			/* worker: its pid while it lives, else 0 */
@@ -183,13 +204,21 @@ typedef struct LeTaskSlot
 	char		last_error[LE_TASK_ERROR_LEN];	/* worker: its last error */
 } LeTaskSlot;
 
-typedef struct LeTaskShared
+#define LE_TASK_MAX_DATABASES	32	/* entries of leader_election.database */
+
+/* One database's launcher, in shared memory. */
+typedef struct LeTaskLauncherState
 {
-	slock_t		mutex;			/* protects launcher and identity */
-	PGPROC	   *launcher;		/* to wake it when a run starts */
-	char		identity[LE_MAX_HOLDER_BYTES + 1];	/* the runner identity */
+	PGPROC	   *proc;			/* to wake it when a run starts */
 	int			connect_failures;	/* launcher starts that did not connect */
 	bool		connect_failure_said;	/* logged since the last success */
+} LeTaskLauncherState;
+
+typedef struct LeTaskShared
+{
+	slock_t		mutex;			/* protects launchers[] and identity */
+	char		identity[LE_MAX_HOLDER_BYTES + 1];	/* the runner identity */
+	LeTaskLauncherState launchers[LE_TASK_MAX_DATABASES];
 	int			nslots;
 	LeTaskSlot	slots[FLEXIBLE_ARRAY_MEMBER];
 } LeTaskShared;
@@ -216,7 +245,10 @@ typedef struct LeTask
 	bool		role_exists;
 	char	   *role_name;
 	bool		can_login;
-	bool		superuser;
+	bool		expired;		/* VALID UNTIL has passed */
+	char	   *valid_until;
+	bool		superuser;		/* a superuser, or a member of one */
+	char	   *super_role;		/* that superuser role (maybe the owner) */
 	bool		can_connect;
 	bool		proc_exists;
 	char	   *proc_schema;
@@ -227,17 +259,23 @@ typedef struct LeTask
 	Oid			arg0;
 	bool		only_in_args;
 	bool		can_execute;
+	bool		has_proc_owner_privs;	/* owner has the proc owner's rights */
+	char	   *proc_owner_name;
+	bool		name_foreign;	/* lease name owned by an outside role */
 } LeTask;
 
 /* task_launcher.c: settings, shared memory, the launcher */
 extern char *le_task_database;
 extern int	le_max_task_workers;
+extern int	le_max_task_workers_per_role;
 extern char *le_task_holder_id;
 extern bool le_allow_superuser_tasks;
 extern int	le_task_runs_max;
 extern bool le_task_runner_preloaded;
 extern LeTaskShared *le_tasks;
 extern void le_task_define_settings(void);
+extern List *le_task_database_list(void);
+extern bool le_task_database_listed(const char *dbname);
 extern void le_task_runner_register(void);
 extern Size le_task_shmem_size(void);
 extern void le_task_shmem_init(void);

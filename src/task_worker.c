@@ -32,10 +32,12 @@
 #include "catalog/namespace.h"
 #include "catalog/pg_type.h"
 #include "commands/async.h"
+#include "commands/defrem.h"
 #include "commands/prepare.h"
 #include "commands/sequence.h"
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
+#include "nodes/makefuncs.h"
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
 #include "postmaster/interrupt.h"
@@ -43,6 +45,7 @@
 #include "storage/latch.h"
 #include "storage/lock.h"
 #include "storage/pmsignal.h"
+#include "tcop/dest.h"
 #include "tcop/pquery.h"
 #include "utils/builtins.h"
 #include "utils/elog.h"
@@ -278,7 +281,8 @@ le_claim_slot(int slotno, int64 task_id)
 		if (other == slot)
 			continue;
 		SpinLockAcquire(&other->mutex);
-		busy = other->in_use && other->pid != 0 && strcmp(other->name, name) == 0;
+		busy = other->in_use && other->pid != 0 &&
+			other->database == slot->database && strcmp(other->name, name) == 0;
 		SpinLockRelease(&other->mutex);
 		if (busy)
 			proc_exit(0);
@@ -292,8 +296,10 @@ le_publish_run(LeTaskSlot *slot, int64 run_id, int64 term, int64 ttl_usecs,
 			   TimestampTz expires)
 {
 	PGPROC	   *launcher;
+	int			launcher_no;
 
 	SpinLockAcquire(&slot->mutex);
+	launcher_no = slot->launcher;
 	slot->running = true;
 	slot->run_id = run_id;
 	slot->term = term;
@@ -304,7 +310,7 @@ le_publish_run(LeTaskSlot *slot, int64 run_id, int64 term, int64 ttl_usecs,
 
 	/* Wake the launcher: its next renewal may be due sooner than it thinks. */
 	SpinLockAcquire(&le_tasks->mutex);
-	launcher = le_tasks->launcher;
+	launcher = le_tasks->launchers[launcher_no].proc;
 	SpinLockRelease(&le_tasks->mutex);
 	if (launcher != NULL)
 		SetLatch(&launcher->procLatch);
@@ -536,10 +542,18 @@ le_worker_exit(int code, Datum arg)
 /* ---- the run ---- */
 
 /*
- * CALL the procedure, non-atomically so that it may COMMIT.  Returns NULL
- * on success, else the error (copied into cxt).  The call text is built
- * in cxt from the catalog with quoted identifiers; the term is a literal
- * number.
+ * CALL the procedure the task registered, by its OID, non-atomically so
+ * that it may COMMIT.  Returns NULL on success, else the error (copied
+ * into cxt).
+ *
+ * The call is built as the parser would build CALL for that procedure --
+ * a FuncExpr naming the OID, its argument the term as a bigint constant --
+ * and run by ExecuteCallStmt, as a client's CALL is: no name is looked up,
+ * so an overload added later (say, with defaults) cannot make the call
+ * ambiguous or reach another procedure, and nothing on the search_path
+ * matters.  ExecuteCallStmt checks EXECUTE again, and makes the call
+ * atomic, as for any CALL, if the procedure has SET clauses or is
+ * SECURITY DEFINER.
  *
  * A non-atomic CALL needs a portal to hang its memory and snapshot on, as
  * when a client sends CALL.  The worker makes one, outside any transaction
@@ -551,17 +565,12 @@ static Portal le_run_portal = NULL;
 static ErrorData *
 le_call_procedure(const LeTask *t, int64 term, MemoryContext cxt)
 {
-	StringInfoData sql;
 	Portal		portal;
 	ErrorData  *edata = NULL;
+	char	   *activity;
 
 	MemoryContextSwitchTo(cxt);
-	initStringInfo(&sql);
-	appendStringInfo(&sql, "CALL %s(",
-					 quote_qualified_identifier(t->proc_schema, t->proc_name));
-	if (t->nargs == 1)
-		appendStringInfo(&sql, INT64_FORMAT "::pg_catalog.int8", term);
-	appendStringInfoChar(&sql, ')');
+	activity = psprintf("CALL %s -- task %s", t->proc_text, t->name);
 
 	if (le_run_portal == NULL)
 	{
@@ -574,20 +583,25 @@ le_call_procedure(const LeTask *t, int64 term, MemoryContext cxt)
 
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
-	pgstat_report_activity(STATE_RUNNING, sql.data);
+	pgstat_report_activity(STATE_RUNNING, activity);
 	PG_TRY();
 	{
-		SPIExecuteOptions options;
-		int			rc;
+		CallStmt   *stmt;
+		FuncExpr   *call;
+		List	   *args = NIL;
 
-		SPI_connect_ext(SPI_OPT_NONATOMIC);
+		/* In the portal's memory, which lives across the run's COMMITs. */
+		MemoryContextSwitchTo(portal->portalContext);
+		if (t->nargs == 1)
+			args = list_make1(makeConst(INT8OID, -1, InvalidOid, sizeof(int64),
+										Int64GetDatum(term), false, FLOAT8PASSBYVAL));
+		call = makeFuncExpr(t->procedure, VOIDOID, args, InvalidOid, InvalidOid,
+							COERCE_EXPLICIT_CALL);
+		stmt = makeNode(CallStmt);
+		stmt->funcexpr = call;
+
 		EnsurePortalSnapshotExists();
-		memset(&options, 0, sizeof(options));
-		options.allow_nonatomic = true;
-		rc = SPI_execute_extended(sql.data, &options);
-		if (rc < 0)
-			elog(ERROR, "CALL failed: %s", SPI_result_code_string(rc));
-		SPI_finish();
+		ExecuteCallStmt(stmt, NULL, false, None_Receiver);
 		if (ActiveSnapshotSet())
 			PopActiveSnapshot();
 		portal->portalSnapshot = NULL;
@@ -795,8 +809,13 @@ le_task_worker_main(Datum main_arg)
 					CommandCounterIncrement();
 				}
 			}
+			/*
+			 * Every check before a run; the name's owner before every
+			 * campaign too, which would fail on a name that is no longer
+			 * the task owner's.
+			 */
 			now = GetCurrentTimestamp();
-			if (now >= due)
+			if (now >= due || t.name_foreign)
 				problem = le_task_problem(&t);
 			if (problem != NULL)
 				(void) le_task_disable(&t, problem);

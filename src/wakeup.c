@@ -6,7 +6,8 @@
  *
  * A lease becomes free in exactly four ways, and each wakes waiters:
  *	  expiry            the waiter sleeps until expires_at (no wake needed)
- *	  release           the releasing transaction ends     } broadcast after
+ *	  release (or a     the releasing transaction ends     } broadcast after
+ *	  hand-over, a move)
  *	  a writer / fence  the transaction holding it ends    } its locks are gone
  *	  holder session    the holder backend exits: an on_shmem_exit callback
  *	  exit              broadcasts after its locks have been released
@@ -17,6 +18,10 @@
  * absorbs.  A broadcast must come after the lock release that made the lease
  * free, or a woken waiter would find it still taken and sleep again: hence a
  * resource-release callback (after locks) rather than a commit callback.
+ *
+ * Besides these, a waiter that leaves without the lease wakes the name's
+ * other waiters at once (le_wake_waiters_now): it may have been the one the
+ * others stepped aside for (waiters.c, lease.c I10).
  *
  * Without preloading there is no shared memory: waiters then re-check every
  * LE_POLL_MS (a read of one index entry), documented in the README.
@@ -308,13 +313,23 @@ le_wait_sleep(TimestampTz until)
 
 	if (le_wake != NULL && le_waiting_slot >= 0)
 	{
+		/*
+		 * Back on the condition variable's list: the attempt ran in a
+		 * subtransaction (lease.c), and rolling one back cancels a prepared
+		 * sleep.  A broadcast before this shows in the count below.
+		 */
+		ConditionVariablePrepareToSleep(&le_wake->slots[le_waiting_slot].cv);
 		pg_memory_barrier();
 		if (pg_atomic_read_u64(&le_wake->slots[le_waiting_slot].broadcasts) !=
 			le_waiting_seen)
+		{
+			le_stats_count(LE_STAT_WAKEUPS);
 			return;				/* woken during the attempt: try again */
-		(void) ConditionVariableTimedSleep(&le_wake->slots[le_waiting_slot].cv,
-										   Min(ms, LE_RECHECK_MS),
-										   le_wait_event_for_leadership());
+		}
+		if (!ConditionVariableTimedSleep(&le_wake->slots[le_waiting_slot].cv,
+										 Min(ms, LE_RECHECK_MS),
+										 le_wait_event_for_leadership()))
+			le_stats_count(LE_STAT_WAKEUPS);	/* by a broadcast */
 	}
 	else
 	{
@@ -332,6 +347,23 @@ le_wait_end(void)
 	ConditionVariableCancelSleep();
 	pg_atomic_fetch_sub_u32(&le_wake->slots[le_waiting_slot].waiters, 1);
 	le_waiting_slot = -1;
+}
+
+/*
+ * Wake the waiters of `name` now, not at the end of the transaction: a
+ * waiter that leaves without the lease may have been the one the others
+ * stepped aside for (waiters.c).
+ */
+void
+le_wake_waiters_now(const char *name)
+{
+	int			slot;
+
+	if (le_wake == NULL)
+		return;
+	slot = le_slot_of(name);
+	pg_atomic_fetch_add_u64(&le_wake->slots[slot].broadcasts, 1);
+	ConditionVariableBroadcast(&le_wake->slots[slot].cv);
 }
 
 /*

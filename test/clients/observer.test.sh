@@ -5,7 +5,9 @@
 # printed each change, in order, with holder, term and reason:
 #   host-a elected (new name) -> host-a released -> host-b elected after a
 #   release -> a session holder elected after expiry -> its session ends and
-#   host-c is elected (previous term: session_ended).
+#   host-c is elected (previous term: session_ended) -> host-c publishes
+#   its URL (info) -> hands over to host-d -> host-d elected -> an operator
+#   moves host-d -> host-a elected (previous term: moved).
 # A change of another name, and a rolled-back acquisition, must not show.
 # shellcheck source=test/clients/lib.sh
 source "$(dirname "$0")/lib.sh"
@@ -36,6 +38,11 @@ q "SELECT try_acquire_leader('watched', '150 ms', 'host-b')" >/dev/null      # s
 q "SELECT wait_for_leadership('watched', '1 minute', '30 s')" >/dev/null
 # ... and host-c finds the lease void at once: previous term session_ended.
 q "SELECT try_acquire_leader('watched', '1 minute', 'host-c')" >/dev/null
+q "SELECT set_leader_info('watched', '{\"url\": \"http://host-c:8080\"}', 'host-c')" >/dev/null
+q "SELECT release_leader('watched', 'host-c', 'host-d')" >/dev/null
+q "SELECT try_acquire_leader('watched', '1 minute', 'host-d')" >/dev/null
+q "SELECT leader_election.move_leader('watched')" >/dev/null
+q "SELECT try_acquire_leader('watched', '1 minute', 'host-a')" >/dev/null
 
 # Terms come from one counter per database: 'other' drew term 2 and the
 # rolled-back acquisition term 3 (a gap, never reused).
@@ -45,6 +52,11 @@ expected=(
     'watched term 4: host-b elected (previous term ended: released)'
     'watched term 5: session:*:* elected (previous term ended: expired)'
     'watched term 6: host-c elected (previous term ended: session_ended)'
+    'watched term 6: host-c published {"url":"http://host-c:8080"}'
+    'watched term 6: host-c handed over to host-d'
+    'watched term 7: host-d elected (previous term ended: released)'
+    'watched term 7: host-d moved by an operator'
+    'watched term 8: host-a elected (previous term ended: moved)'
 )
 last=${expected[${#expected[@]}-1]}
 cl_wait_until 30 printed "$last" || true
@@ -53,7 +65,7 @@ if wait "$observer"; then rc=0; else rc=$?; fi
 cl_eq "SIGTERM: the observer exits 0" 0 "$rc"
 
 mapfile -t seen < <(grep ' watched term ' "$out" | cut -d' ' -f2-)
-cl_eq "five changes seen" "${#expected[@]}" "${#seen[@]}"
+cl_eq "ten changes seen" "${#expected[@]}" "${#seen[@]}"
 for i in "${!expected[@]}"; do
     # shellcheck disable=SC2053  # the right side is a glob pattern on purpose
     if [[ "${seen[$i]:-}" == ${expected[$i]} ]]; then

@@ -18,6 +18,11 @@ The loop, every ttl/3:
     same transaction as the write, so the write commits only if this term
     still holds the lease, and no other replica can be elected until it has
     committed.
+  * on becoming leader it publishes where it runs with set_leader_info
+    (shown by current_leader(name).info to whoever looks for the leader);
+  * an operator can drain it with leader_election.move_leader(name): the
+    next renewal answers false like any loss of leadership, and the log
+    says the term was moved (history's end_reason).
 
 The unit of work here is a row in a table the deployment creates:
     CREATE TABLE worker_output (id bigserial PRIMARY KEY, term bigint NOT NULL,
@@ -26,8 +31,10 @@ a real service would do its own writes in that transaction.  SIGTERM or SIGINT
 releases the lease (a successor takes over at once) and exits.
 """
 import argparse
+import json
 import os
 import signal
+import socket
 import sys
 import time
 
@@ -79,8 +86,18 @@ def main():
         if leader and term != new_term:
             log(args.label, f"became leader of {args.name!r}, term {new_term}")
             term = new_term
+            with conn:  # what followers see in current_leader(name).info
+                cur.execute("SELECT set_leader_info(%s, %s)",
+                            (args.name, json.dumps({"label": args.label,
+                                                    "pid": os.getpid(),
+                                                    "host": socket.gethostname()})))
         elif not leader and term is not None:
-            log(args.label, f"lost leadership (term {term}); stopping work")
+            with conn:
+                cur.execute("SELECT end_reason FROM leader_election.history "
+                            "WHERE name = %s AND term = %s", (args.name, term))
+                row = cur.fetchone()
+            how = " (moved by an operator)" if row and row[0] == "moved" else ""
+            log(args.label, f"lost leadership (term {term}){how}; stopping work")
             term = None
 
         if term is not None:

@@ -8,8 +8,11 @@
 #      lost leadership and stops working;
 #   3. the new leader is killed (kill -9): the other takes over at once
 #      (history says "session_ended": before the ttl ran out);
-#   4. SIGTERM: the leader releases and exits 0;
-#   5. every fenced row: terms never decrease, one worker per term, and each
+#   4. the leader published its label (current_leader().info); an operator
+#      moves it (move_leader): it notices (its log says "moved") and a new
+#      replica, C, takes over;
+#   5. SIGTERM: the leader releases and exits 0;
+#   6. every fenced row: terms never decrease, one worker per term, and each
 #      term's worker is the holder history records for it.
 # shellcheck source=test/clients/lib.sh
 source "$(dirname "$0")/lib.sh"
@@ -72,14 +75,30 @@ echo "# takeover $(q "SELECT round(extract(epoch FROM acquired_at - '$kill_at'::
 cl_wait_until 30 has_rows "$first" 3 1 || true
 cl_check "$first writes in term 3" has_rows "$first" 3 1
 
-# 4. A clean stop releases.
-kill -TERM "${pid[$first]}"
-if wait "${pid[$first]}"; then rc=0; else rc=$?; fi
-cl_eq "SIGTERM: the worker exits 0" 0 "$rc"
-cl_eq "and released term 3" released \
+# 4. The leader publishes its label; an operator drains it with move_leader.
+info_is() { [ "$(q "SELECT info->>'label' FROM current_leader('$NAME')")" = "$1" ]; }
+cl_wait_until 30 info_is "$first" || true
+cl_check "the leader published its label in info" info_is "$first"
+start C
+cl_eq "the operator moves the leader" t "$(q "SELECT leader_election.move_leader('$NAME')")"
+cl_wait_until 30 logged "$first" "moved by an operator" || true
+cl_check "$first noticed it was moved" logged "$first" "moved by an operator"
+cl_wait_until 30 term_is 4 || true
+cl_eq "C, a new replica, leads term 4" C "$(leader)"
+cl_eq "term 3 ended as moved" moved \
     "$(q "SELECT end_reason FROM leader_election.history WHERE name = '$NAME' AND term = 3")"
 
-# 5. The fenced rows tell the same story as the history.
+# 5. A clean stop releases (the moved replica first: it leads nothing).
+kill -TERM "${pid[$first]}"
+if wait "${pid[$first]}"; then rc=0; else rc=$?; fi
+cl_eq "SIGTERM: the moved worker exits 0" 0 "$rc"
+kill -TERM "${pid[C]}"
+if wait "${pid[C]}"; then rc=0; else rc=$?; fi
+cl_eq "SIGTERM: the worker exits 0" 0 "$rc"
+cl_eq "and released term 4" released \
+    "$(q "SELECT end_reason FROM leader_election.history WHERE name = '$NAME' AND term = 4")"
+
+# 6. The fenced rows tell the same story as the history.
 cl_eq "fenced rows never go back in term" 0 \
     "$(q "SELECT count(*) FROM (SELECT term, lag(term) OVER (ORDER BY id) AS prev FROM worker_output) t
           WHERE term < prev")"
@@ -95,7 +114,7 @@ cl_eq "every row was written while its term held the lease" 0 \
     "$(q "SELECT count(*) FROM worker_output w JOIN leader_election.history h
             ON h.name = '$NAME' AND h.term = w.term
           WHERE w.at < h.acquired_at OR w.at > coalesce(h.ended_at, 'infinity')")"
-cl_eq "terms 1, 2, 3 all wrote" 3 "$(q "SELECT count(DISTINCT term) FROM worker_output")"
+cl_eq "terms 1, 2, 3, 4 all wrote" 4 "$(q "SELECT count(DISTINCT term) FROM worker_output")"
 
 no_traceback() { ! grep -q Traceback "$CL_TMP"/*.log; }
 cl_check "no worker crashed" no_traceback

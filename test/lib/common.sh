@@ -19,7 +19,8 @@ LE_PG_BIN=${LE_PG_BIN:-/usr/lib/postgresql/$LE_PG_MAJOR/bin}
 LE_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 LE_PACKAGES=(make gcc libc6-dev
     "postgresql-$LE_PG_MAJOR" "postgresql-client-$LE_PG_MAJOR" "postgresql-server-dev-$LE_PG_MAJOR"
-    libpq-dev libipc-run-perl libio-pty-perl)
+    libpq-dev libipc-run-perl libio-pty-perl
+    prometheus-postgres-exporter prometheus)   # test/t/120_postgres_exporter.pl (promtool)
 
 le_say() { printf '\033[1m==> %s\033[0m\n' "$*"; }
 

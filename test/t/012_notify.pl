@@ -65,8 +65,8 @@ sub event_is
 			is($e->{$k}, $expected->{$k}, "$what: $k");
 		}
 	}
-	is_deeply([ sort keys %$e ], [qw(event holder name reason term)],
-		"$what: payload has exactly name, event, holder, term, reason");
+	is_deeply([ sort keys %$e ], [qw(event holder info name reason term)],
+		"$what: payload has exactly name, event, holder, term, reason, info");
 }
 
 # ---- first acquisition, release, re-acquisition ----

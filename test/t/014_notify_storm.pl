@@ -12,7 +12,9 @@
 #
 # Storms: 8 pgbench clients acquiring and releasing 12 names as fast as
 # they can (thousands of changes), and one session holding 16 session-bound
-# leases terminated while 16 candidates wait.  Fallbacks (N2): a transaction
+# leases terminated while 16 candidates wait; a storm where every term
+# publishes an info of 3,900 bytes; a hand-over and moves (their events and
+# payload fields).  Fallbacks (N2): a transaction
 # with more changes than the queue holds, beside a storm; the notifier
 # terminated.  DROP DATABASE works while a notifier serves the database.  Run with the library
 # preloaded (the notifier sends; checked: the sender is not the granting
@@ -209,15 +211,16 @@ ok(defined $l->{pids}{$notifiers}, 'preloaded: the notifier sent the notificatio
 		'negative control: two events of a name in the wrong order are reported');
 }
 
-# ---- N2: a transaction whose changes do not fit in the queue (1,024) sends
-# them itself, after what is queued, while others keep the notifier busy ----
+# ---- N2: a transaction whose changes do not fit in the queue (256 kB,
+# some 2,700 of these payloads) sends them itself, after what is queued,
+# while others keep the notifier busy ----
 $l->{seen} = [];
 $l->{pids} = {};
 my $bulk = le_session($node);
 le_send($bulk, q{
 	BEGIN;
 	SELECT count(*) FILTER (WHERE try_acquire_leader('bx' || i, '1 minute', 'bulk'))
-	  FROM generate_series(1, 1100) i;
+	  FROM generate_series(1, 3000) i;
 	COMMIT;});
 churn($node, 'bx', 4, 200, '');
 le_collect($bulk);
@@ -225,8 +228,84 @@ le_quit($bulk);
 $want = expected_from_history($node, 'bx');
 hear_all($l, $want);
 @problems = check_events($want, $l->{seen}, 'bx');
-is_deeply(\@problems, [], 'a transaction of 1,100 changes beside a storm: every change heard, in term order')
+is_deeply(\@problems, [], 'a transaction of 3,000 changes beside a storm: every change heard, in term order')
   or diag(join("\n", @problems[0 .. ($#problems < 9 ? $#problems : 9)]));
+ok(defined $l->{pids}{ $bulk->{le_pid} },
+	'the transaction too large for the queue sent its notifications itself')
+  or diag(explain($l->{pids}));
+
+# ---- info, handed_over and moved go through the queue too ----
+# A storm where every term publishes an info of about 3,900 bytes (so a
+# queue holds some 60 of them and fills: N2 sends the rest) before it is
+# released: per name and term, elected, then info, then released.
+$l->{seen} = [];
+$l->{pids} = {};
+my $pad = 'x' x 3900;
+$node->pgbench(
+	"-n -c 6 -j 2 -t 60",
+	0, [qr/processed: 360\//], [qr{}],
+	"churn ix with info",
+	{
+		"014_churn_ix" => qq{
+\\set n random(0, 7)
+SELECT try_acquire_leader('ix' || :n, '1 minute', 'h' || :client_id) AS won \\gset
+\\if :won
+SELECT set_leader_info('ix' || :n, jsonb_build_object('pad', '$pad', 'by', 'h' || :client_id), 'h' || :client_id);
+SELECT release_leader('ix' || :n, 'h' || :client_id);
+\\endif
+}
+	});
+$want = expected_from_history($node, 'ix');
+for my $name (keys %$want)
+{
+	my @with_info;
+	for my $e (@{ $want->{$name} })
+	{
+		push @with_info, $e;
+		if ($e =~ m{^elected/(\d+)/([^/]+)/})
+		{
+			push @with_info, "info/$1/$2/none";
+		}
+	}
+	$want->{$name} = \@with_info;
+}
+hear_all($l, $want);
+@problems = check_events($want, $l->{seen}, 'ix');
+is_deeply(\@problems, [], 'info events of 3,900 bytes in a storm: elected, info, released per term, in order')
+  or diag(join("\n", @problems[0 .. ($#problems < 9 ? $#problems : 9)]));
+my @infos = grep { $_->{event} eq 'info' } @{ $l->{seen} };
+is(scalar(grep { length($_->{info}{pad} // '') == 3900 && $_->{info}{by} eq $_->{holder} } @infos),
+	scalar(@infos), 'every info event carries its whole document');
+is(scalar(grep { exists $_->{info} && !defined $_->{info} } grep { $_->{event} ne 'info' } @{ $l->{seen} }),
+	scalar(grep { $_->{event} ne 'info' } @{ $l->{seen} }), 'the other events say "info": null');
+
+# A hand-over and two moves, through the notifier, in order.
+$l->{seen} = [];
+$l->{pids} = {};
+$node->safe_psql('postgres', q{
+	SELECT try_acquire_leader('hv', '1 minute', 'a');
+	SELECT set_leader_info('hv', '{"k": 1}', 'a');
+	SELECT release_leader('hv', 'a', 'b');
+	SELECT try_acquire_leader('hv', '1 minute', 'b');
+	SELECT leader_election.move_leader('hv');
+	SELECT try_acquire_leader('hv', '1 minute', 'c');
+	SELECT leader_election.move_leader('hv', 'a');
+	SELECT try_acquire_leader('hv', '1 minute', 'a');});
+le_wait_until(sub { drain($l); scalar(@{ $l->{seen} }) >= 8 });
+my @hv = map {
+	join '/', $_->{event}, $_->{holder}, $_->{reason},
+	  (exists $_->{successor} ? ($_->{successor} // 'null') : '-'),
+	  (defined $_->{info} ? encode_json($_->{info}) : 'null')
+} grep { $_->{name} eq 'hv' } @{ $l->{seen} };
+is_deeply(\@hv, [
+	'elected/a/none/-/null', 'info/a/none/-/{"k":1}', 'handed_over/a/released/b/null',
+	'elected/b/released/-/null', 'moved/b/moved/null/null', 'elected/c/moved/-/null',
+	'moved/c/moved/a/null', 'elected/a/moved/-/null'],
+	'hand-over and moves: every event, in order, with successor and info');
+my $notifier_now = $node->safe_psql('postgres',
+	q{SELECT pid FROM pg_stat_activity WHERE backend_type = 'leader_election notifier'});
+is_deeply([ keys %{ $l->{pids} } ], [$notifier_now],
+	'hand-over and moves: sent by the notifier');
 
 # ---- N2: the notifier terminated; the next change starts another, and
 # nothing queued is lost ----

@@ -12,13 +12,13 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-my $node = le_node('checks', conf => "leader_election.database = 'postgres'\n");
+my $node = le_node('checks', conf => "leader_election.database = 'postgres'\nleader_election.max_task_workers = 8\nmax_worker_processes = 16\n");
 
 $node->safe_psql('postgres', q{
 CREATE TABLE public.hits (task text, at timestamptz DEFAULT clock_timestamp());
 GRANT INSERT ON public.hits TO PUBLIC;
 });
-for my $r (qw(a1 a2 a3 a4))
+for my $r (qw(a1 a2 a3 a4 a5))
 {
 	$node->safe_psql('postgres', qq{
 CREATE ROLE $r LOGIN;
@@ -37,6 +37,9 @@ REVOKE EXECUTE ON PROCEDURE public.p_private() FROM PUBLIC;
 CREATE PROCEDURE public.p_shared() LANGUAGE sql AS $$ INSERT INTO public.hits (task) VALUES ('a4') $$;
 REVOKE EXECUTE ON PROCEDURE public.p_shared() FROM PUBLIC;
 GRANT EXECUTE ON PROCEDURE public.p_shared() TO a4;
+CREATE ROLE sharers;
+GRANT sharers TO a4;
+ALTER PROCEDURE public.p_shared() OWNER TO sharers;
 });
 
 # Registration refuses bad input, one SQLSTATE each.
@@ -57,7 +60,7 @@ for my $args (sort keys %bad)
 is(le_sqlstate($node, "SELECT leader_election.register_task('su', 'public.p_a1()', '1s', '2s')"),
 	'42501', 'a superuser task is refused while allow_superuser_tasks is off');
 
-for my $r (qw(a1 a2 a3))
+for my $r (qw(a1 a2 a3 a5))
 {
 	$node->safe_psql('postgres', qq{SET ROLE $r;
 		SELECT leader_election.register_task('t_$r', 'public.p_$r()', '1 second', '3 seconds')});
@@ -72,7 +75,9 @@ is(le_sqlstate($node, "SET ROLE a1; SELECT leader_election.register_task('t_a1',
 is(le_sqlstate($node, "SET ROLE a2; SELECT leader_election.disable_task('t_a1')"),
 	'42501', "another role's task cannot be disabled");
 
-ok(le_poll($node, q{SELECT count(DISTINCT task) FROM public.hits}, '4'), 'all four tasks run');
+ok(le_poll($node, q{SELECT count(DISTINCT task) FROM public.hits}, '5'), 'all five tasks run');
+is($node->safe_psql('postgres', q{SELECT procedure FROM leader_election.tasks WHERE name = 't_a5'}),
+	'public.p_a5()', 'the task keeps the procedure as its qualified signature');
 is($node->safe_psql('postgres', q{SET ROLE a1; SELECT string_agg(DISTINCT name, ',') FROM leader_election.tasks}),
 	't_a1', 'a role sees only its own tasks');
 is($node->safe_psql('postgres', q{SET ROLE a1; SELECT string_agg(DISTINCT task_name, ',') FROM leader_election.task_runs}),
@@ -82,12 +87,14 @@ my $launcher = $node->safe_psql('postgres', q{SELECT pid FROM pg_stat_activity
 
 $node->safe_psql('postgres', q{DROP PROCEDURE public.p_a1()});
 $node->safe_psql('postgres', q{ALTER ROLE a2 NOLOGIN});
-$node->safe_psql('postgres', q{REVOKE EXECUTE ON PROCEDURE public.p_shared() FROM a4});
+$node->safe_psql('postgres', q{ALTER PROCEDURE public.p_a5() RENAME TO p_a5_renamed});
+$node->safe_psql('postgres', q{REVOKE EXECUTE ON PROCEDURE public.p_shared() FROM a4, sharers});
 
 my %why = (
-	t_a1 => 'procedure % no longer exists',
+	t_a1 => 'procedure public.p_a1() no longer exists (dropped, or renamed)',
 	t_a2 => 'role "a2" cannot log in%',
-	t_a4 => 'role "a4" lacks EXECUTE on procedure p_shared()%');
+	t_a4 => 'role "a4" lacks EXECUTE on procedure public.p_shared()%',
+	t_a5 => 'procedure public.p_a5() no longer exists%');
 for my $t (sort keys %why)
 {
 	ok(le_poll($node, qq{SELECT NOT enabled AND disabled_reason LIKE '$why{$t}'

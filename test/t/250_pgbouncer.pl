@@ -40,7 +40,7 @@ $node->safe_psql(
 	'postgres', q{
 	CREATE ROLE app LOGIN;
 	GRANT EXECUTE ON FUNCTION try_acquire_leader(text, interval, text),
-		am_leader(text, text), release_leader(text, text),
+		am_leader(text, text), release_leader(text, text, text),
 		leader_term(text, text), assert_leader(text, bigint, text),
 		current_leader(text) TO app;
 	-- The protected resource a leader writes to, fenced by assert_leader.

@@ -46,7 +46,7 @@ $node->safe_psql(
 	CREATE ROLE app LOGIN;
 	GRANT USAGE ON SCHEMA cron TO app;
 	GRANT EXECUTE ON FUNCTION try_acquire_leader(text, interval, text),
-		release_leader(text, text), leader_term(text, text) TO app;
+		release_leader(text, text, text), leader_term(text, text) TO app;
 	CREATE TABLE public.cron_effects (at timestamptz NOT NULL);
 	ALTER TABLE public.cron_effects OWNER TO app;
 });

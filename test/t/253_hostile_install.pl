@@ -279,8 +279,8 @@ like($checks, qr/OPERATOR\(pg_catalog\.=\)/, 'check constraint: OPERATOR(pg_cata
 # each with the traps first on search_path, pg_catalog explicitly last.
 $node->safe_psql('postgres', q{
 	GRANT EXECUTE ON FUNCTION try_acquire_leader(text, interval, text),
-		am_leader(text, text), release_leader(text, text),
-		wait_for_leadership(text, interval, interval, text),
+		am_leader(text, text), release_leader(text, text, text),
+		wait_for_leadership(text, interval, interval, text, integer),
 		leader_term(text, text), assert_leader(text, bigint, text),
 		current_leader(text) TO app, attacker;
 });

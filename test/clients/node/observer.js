@@ -4,10 +4,15 @@
 //
 // leader_election sends a NOTIFY on the channel "leader_election" whenever
 // a lease changes hands, with a JSON payload
-//   {"name": ..., "event": "elected"|"released", "holder": ..., "term": N,
-//    "reason": "none"|"released"|"expired"|"session_ended"}
-// ("reason" on "elected" says how the previous term ended).  This observer
-// LISTENs and prints one line per change, optionally for one name only.
+//   {"name": ..., "event": ..., "holder": ..., "term": N, "reason": ...,
+//    "info": ...}
+// where event is "elected" ("reason" says how the previous term ended:
+// "none", "released", "expired", "session_ended", "moved"), "released",
+// "handed_over" (with "successor"), "moved" (an operator drained the
+// leader; "successor" or null) or "info" (the leader published "info",
+// e.g. its URL).  This observer LISTENs and prints one line per event,
+// optionally for one name only; unknown events and keys are printed as
+// they come, so a newer server does not break it.
 //
 // Connection settings come from the usual PG* environment variables
 // (PGHOST, PGPORT, PGUSER, PGDATABASE, ...), which node-postgres reads.
@@ -23,10 +28,19 @@ const only = process.argv[2]; // election name to follow; all names if absent
 
 function describe(change) {
   const who = `${change.name} term ${change.term}: ${change.holder}`;
-  if (change.event === 'elected') {
-    return `${who} elected (previous term ended: ${change.reason})`;
+  switch (change.event) {
+    case 'elected':
+      return `${who} elected (previous term ended: ${change.reason})`;
+    case 'info':
+      return `${who} published ${JSON.stringify(change.info)}`;
+    case 'handed_over':
+      return `${who} handed over to ${change.successor}`;
+    case 'moved':
+      return `${who} moved by an operator` +
+        (change.successor ? ` to ${change.successor}` : '');
+    default:
+      return `${who} ${change.event} (${change.reason})`;
   }
-  return `${who} ${change.event} (${change.reason})`;
 }
 
 async function main() {

@@ -1,0 +1,226 @@
+--
+-- handover: leader info, hand-over, move_leader and the priority argument
+-- (issue 15; lease.c I9-I11, leader_info.c, handover.c, waiters.c).
+--
+-- set_leader_info: only the valid holder publishes (false otherwise, 42501
+-- for another role), current_leader and the leaders view show it, any
+-- change of holder clears it, the size limit (54000).  release_leader with
+-- a successor and move_leader: the reservation (only the successor, or
+-- anyone but the moved holder, until one ttl has passed), history's end
+-- reason moved, NOTIFY events handed_over, moved and info.
+--
+TRUNCATE leader_election.leases, leader_election.history,
+         leader_election.leader_info, leader_election.handovers;
+ALTER SEQUENCE leader_election.terms RESTART;
+RESET leader_election.holder_id;
+
+\set ECHO none
+\i test/regress_helpers.sql
+\set ECHO all
+
+--
+-- Leader info.
+--
+SELECT try_acquire_leader('svc', '1 minute', 'host-a') AS acquired;
+SELECT set_leader_info('svc', '{"url": "http://host-a:8080", "version": "1.4"}', 'host-a') AS published;
+SELECT holder, info FROM current_leader('svc');
+SELECT name, holder, info FROM leader_election.leaders WHERE name = 'svc';
+-- Not the holder: false, nothing changes.
+SELECT set_leader_info('svc', '{"url": "http://host-b"}', 'host-b') AS b_published;
+SELECT set_leader_info('never-used', '{}', 'host-a') AS unknown_name;
+SELECT info FROM current_leader('svc');
+-- Replacing it, then NULL clears it.
+SELECT set_leader_info('svc', '{"url": "http://host-a:9090"}', 'host-a') AS replaced;
+SELECT info FROM current_leader('svc');
+SELECT set_leader_info('svc', NULL, 'host-a') AS cleared;
+SELECT info IS NULL AS info_is_null FROM current_leader('svc');
+-- Any change of holder clears it: a release, then the same holder again.
+SELECT set_leader_info('svc', '{"url": "http://host-a:8080"}', 'host-a') AS published;
+SELECT release_leader('svc', 'host-a') AS released;
+SELECT info FROM leader_election.leaders WHERE name = 'svc';
+SELECT try_acquire_leader('svc', '1 minute', 'host-a') AS reacquired;
+SELECT info IS NULL AS info_cleared FROM current_leader('svc');
+SELECT info FROM leader_election.leaders WHERE name = 'svc';
+-- A renewal keeps it.
+SELECT set_leader_info('svc', '"just a string"', 'host-a') AS published;
+SELECT try_acquire_leader('svc', '1 minute', 'host-a') AS renewed;
+SELECT info FROM current_leader('svc');
+-- An expired holder may not publish.
+SELECT try_acquire_leader('short', '100ms', 'host-a') AS acquired;
+SELECT pg_temp.wait_until_expired('short');
+SELECT set_leader_info('short', '{}', 'host-a') AS expired_holder_published;
+-- The size limit: 4096 bytes of text form.
+SELECT set_leader_info('svc', jsonb_build_object('pad', repeat('x', 4085)), 'host-a') AS at_limit;
+SELECT length(info::text) AS info_bytes FROM current_leader('svc');
+SELECT pg_temp.try($$SELECT set_leader_info('svc', jsonb_build_object('pad', repeat('x', 4086)), 'host-a')$$) AS over_limit;
+SELECT length(info::text) AS info_bytes_unchanged FROM current_leader('svc');
+-- Bad input.
+SELECT pg_temp.try($$SELECT set_leader_info(NULL, '{}', 'host-a')$$) AS null_name;
+SELECT pg_temp.try($$SELECT set_leader_info('svc', '{}', 'session:1:2@3.4')$$) AS session_holder;
+BEGIN READ ONLY;
+SELECT pg_temp.try($$SELECT set_leader_info('svc', '{}', 'host-a')$$) AS read_only;
+ROLLBACK;
+
+--
+-- Hand-over: release_leader with a successor.
+--
+SELECT try_acquire_leader('job', '1 minute', 'host-a') AS acquired;
+SELECT leader_term('job', 'host-a') AS term_a;
+SELECT release_leader('job', 'host-a', 'host-b') AS handed_over;
+SELECT holder, term FROM leader_election.leases WHERE name = 'job';
+SELECT term, previous_holder, successor, reason,
+       reserved_until - now() BETWEEN interval '55 seconds' AND interval '61 seconds' AS one_ttl
+  FROM leader_election.handovers WHERE name = 'job';
+-- Anyone else, the previous holder included, is refused until it lapses.
+SELECT try_acquire_leader('job', '1 minute', 'host-c') AS c_acquired;
+SELECT try_acquire_leader('job', '1 minute', 'host-a') AS a_acquired;
+SELECT try_acquire_leader('job', '1 minute') AS session_acquired;
+-- The successor takes it: a new term, the reservation is spent.
+SELECT try_acquire_leader('job', '1 minute', 'host-b') AS b_acquired;
+SELECT holder FROM current_leader('job');
+SELECT try_acquire_leader('job', '1 minute', 'host-c') AS c_still_refused;
+-- The reservation lasts one ttl of the released lease, then anyone may.
+SELECT try_acquire_leader('quick', '100ms', 'host-a') AS acquired;
+SELECT release_leader('quick', 'host-a', 'host-b') AS handed_over;
+SELECT try_acquire_leader('quick', '1 minute', 'host-c') AS c_refused;
+DO $$
+BEGIN
+    WHILE clock_timestamp() <= (SELECT reserved_until FROM leader_election.handovers
+                                 WHERE name = 'quick') LOOP
+        PERFORM pg_sleep(0.01);
+    END LOOP;
+END $$;
+SELECT try_acquire_leader('quick', '1 minute', 'host-c') AS c_after_lapse;
+-- A plain release reserves nothing.
+SELECT try_acquire_leader('plain', '1 minute', 'host-a') AS acquired;
+SELECT release_leader('plain', 'host-a') AS released;
+SELECT count(*) AS reservations FROM leader_election.handovers WHERE name = 'plain';
+SELECT try_acquire_leader('plain', '1 minute', 'host-c') AS c_acquired;
+-- Bad successors.
+SELECT try_acquire_leader('bad', '1 minute', 'host-a') AS acquired;
+SELECT pg_temp.try($$SELECT release_leader('bad', 'host-a', '')$$) AS empty_successor;
+SELECT pg_temp.try($$SELECT release_leader('bad', 'host-a', E'a\nb')$$) AS control_successor;
+SELECT pg_temp.try($$SELECT release_leader('bad', 'host-a', repeat('s', 256))$$) AS long_successor;
+SELECT holder FROM current_leader('bad');
+
+--
+-- move_leader.
+--
+SELECT try_acquire_leader('moved', '1 minute', 'host-a') AS acquired;
+SELECT set_leader_info('moved', '{"url": "a"}', 'host-a') AS published;
+SELECT leader_election.move_leader('moved') AS moved;
+SELECT am_leader('moved', 'host-a') AS a_leads, leader_term('moved', 'host-a') AS a_term;
+SELECT pg_temp.try($$SELECT assert_leader('moved', NULL, 'host-a')$$) AS a_asserts;
+SELECT count(*) AS current_leader_rows FROM current_leader('moved');
+SELECT holder, info FROM leader_election.leaders WHERE name = 'moved';
+SELECT holder, end_reason FROM leader_election.history WHERE name = 'moved' ORDER BY term;
+-- Without a successor: the moved holder's next try is refused, anyone else may.
+SELECT try_acquire_leader('moved', '1 minute', 'host-a') AS a_again;
+SELECT try_acquire_leader('moved', '1 minute', 'host-b') AS b_acquired;
+SELECT holder, end_reason FROM leader_election.history WHERE name = 'moved' ORDER BY term;
+-- With a successor: only the successor.
+SELECT leader_election.move_leader('moved', 'host-c') AS moved_to_c;
+SELECT try_acquire_leader('moved', '1 minute', 'host-b') AS b_again;
+SELECT try_acquire_leader('moved', '1 minute', 'host-a') AS a_refused;
+SELECT try_acquire_leader('moved', '1 minute', 'host-c') AS c_acquired;
+SELECT holder, end_reason FROM leader_election.history WHERE name = 'moved' ORDER BY term;
+-- Nobody holds it: false.
+SELECT release_leader('moved', 'host-c') AS released;
+SELECT leader_election.move_leader('moved') AS moved_nobody;
+SELECT leader_election.move_leader('never-used') AS moved_unknown;
+SELECT pg_temp.try($$SELECT leader_election.move_leader(NULL)$$) AS null_name;
+BEGIN READ ONLY;
+SELECT pg_temp.try($$SELECT leader_election.move_leader('moved')$$) AS read_only;
+ROLLBACK;
+-- A session-bound holder is moved as well.
+SELECT try_acquire_leader('sess', '1 minute') AS acquired;
+SELECT leader_election.move_leader('sess') AS moved;
+SELECT am_leader('sess') AS still_leads;
+SELECT try_acquire_leader('sess', '1 minute') AS session_again;
+
+--
+-- Roles: another role gets 42501 from set_leader_info and move_leader;
+-- the name's owner may move its leader.
+--
+CREATE ROLE regress_le_owner;
+CREATE ROLE regress_le_other;
+GRANT EXECUTE ON FUNCTION try_acquire_leader(text, interval, text),
+      set_leader_info(text, jsonb, text), release_leader(text, text, text),
+      current_leader(text), leader_election.move_leader(text, text)
+   TO regress_le_owner, regress_le_other;
+GRANT USAGE ON SCHEMA leader_election TO regress_le_owner, regress_le_other;
+SET ROLE regress_le_owner;
+SELECT try_acquire_leader('owned', '1 minute', 'o1') AS acquired;
+SELECT set_leader_info('owned', '{"by": "owner"}', 'o1') AS published;
+RESET ROLE;
+SET ROLE regress_le_other;
+SELECT pg_temp.try($$SELECT set_leader_info('owned', '{"by": "other"}', 'o1')$$) AS other_publishes;
+SELECT pg_temp.try($$SELECT leader_election.move_leader('owned')$$) AS other_moves;
+SELECT pg_temp.try($$SELECT release_leader('owned', 'o1', 'x')$$) AS other_hands_over;
+RESET ROLE;
+SELECT holder, info FROM current_leader('owned');
+-- Without EXECUTE, nothing at all.
+CREATE ROLE regress_le_nobody;
+SET ROLE regress_le_nobody;
+SELECT pg_temp.try($$SELECT leader_election.move_leader('owned')$$) AS no_grant;
+RESET ROLE;
+SET ROLE regress_le_owner;
+SELECT leader_election.move_leader('owned', 'o2') AS owner_moves;
+SELECT try_acquire_leader('owned', '1 minute', 'o2') AS o2_acquired;
+RESET ROLE;
+DROP OWNED BY regress_le_owner, regress_le_other, regress_le_nobody;
+SELECT leader_election.assign_name('owned', current_user::regrole) AS taken_back;
+DROP ROLE regress_le_owner, regress_le_other, regress_le_nobody;
+
+--
+-- wait_for_leadership's priority: a NULL is refused; a free lease is taken
+-- at once whatever the priority (ranking needs other waiters).
+--
+SELECT pg_temp.try($$SELECT wait_for_leadership('w', '1 minute', '0', 'host-a', NULL)$$) AS null_priority;
+SELECT wait_for_leadership('w', '1 minute', '0', 'host-a', -5) AS low_priority_free;
+SELECT wait_for_leadership('w', '1 minute', '0', 'host-b', 100) AS high_priority_held;
+
+--
+-- NOTIFY payloads of the new events.
+--
+LISTEN leader_election;
+-- Sent by the notifier worker (notify_delivery = background) a notification
+-- could print after a later query; in_transaction prints each after its
+-- own.  The notifier's delivery of these events: test/t/014_notify_storm.pl.
+SET leader_election.notify_delivery = in_transaction;
+\o | sed -e 's/server process with PID [0-9]*/server process with PID (pid)/' -e 's/session:[0-9]*:[0-9]*@[0-9]*\.[0-9]*/session:(pid):(start)@(server)/g'
+\qecho -- info
+SELECT try_acquire_leader('ev', '1 minute', 'host-a') AS acquired;
+SELECT set_leader_info('ev', '{"url": "http://a"}', 'host-a') AS published;
+\qecho -- handed_over, then elected
+SELECT release_leader('ev', 'host-a', 'host-b') AS handed_over;
+SELECT try_acquire_leader('ev', '1 minute', 'host-b') AS acquired;
+\qecho -- moved without and with a successor, then elected with reason moved
+SELECT leader_election.move_leader('ev') AS moved;
+SELECT try_acquire_leader('ev', '1 minute', 'host-c') AS acquired;
+SELECT leader_election.move_leader('ev', 'host-a') AS moved;
+SELECT try_acquire_leader('ev', '1 minute', 'host-a') AS acquired;
+\qecho -- nothing for a false answer
+SELECT set_leader_info('ev', '{}', 'host-b') AS not_holder;
+\o
+UNLISTEN leader_election;
+RESET leader_election.notify_delivery;
+
+--
+-- Info and reservations are matched on the term and its start (info) or
+-- the instant it ended (reservations): after the term counter was moved
+-- back (which voids the terms guarantee, as tests do), a term number
+-- issued again does not bring back old info or an old reservation.
+--
+SELECT try_acquire_leader('reuse', '1 minute', 'h') AS acquired;
+SELECT set_leader_info('reuse', '{"old": true}', 'h') AS published;
+SELECT release_leader('reuse', 'h', 'succ') AS handed_over;
+SELECT term AS reused_term FROM leader_election.leases WHERE name = 'reuse' \gset
+TRUNCATE leader_election.leases, leader_election.history;
+SELECT setval('leader_election.terms', :reused_term - 1, :reused_term > 1) IS NOT NULL AS moved_back;
+SELECT try_acquire_leader('reuse', '1 minute', 'h') AS acquired_again;
+SELECT term = :reused_term AS same_term_number, info IS NULL AS no_old_info
+  FROM current_leader('reuse');
+SELECT release_leader('reuse', 'h') AS released;
+SELECT term = :reused_term AS same_term_number FROM leader_election.leases WHERE name = 'reuse';
+SELECT try_acquire_leader('reuse', '1 minute', 'other') AS other_not_barred;
