@@ -184,6 +184,10 @@ SELECT wait_for_leadership('w', '1 minute', '0', 'host-b', 100) AS high_priority
 -- NOTIFY payloads of the new events.
 --
 LISTEN leader_election;
+-- Sent by the notifier worker (notify_delivery = background) a notification
+-- could print after a later query; in_transaction prints each after its
+-- own.  The notifier's delivery of these events: test/t/014_notify_storm.pl.
+SET leader_election.notify_delivery = in_transaction;
 \o | sed -e 's/server process with PID [0-9]*/server process with PID (pid)/' -e 's/session:[0-9]*:[0-9]*@[0-9]*\.[0-9]*/session:(pid):(start)@(server)/g'
 \qecho -- info
 SELECT try_acquire_leader('ev', '1 minute', 'host-a') AS acquired;
@@ -200,6 +204,7 @@ SELECT try_acquire_leader('ev', '1 minute', 'host-a') AS acquired;
 SELECT set_leader_info('ev', '{}', 'host-b') AS not_holder;
 \o
 UNLISTEN leader_election;
+RESET leader_election.notify_delivery;
 
 --
 -- Info and reservations are matched on the term and its start (info) or

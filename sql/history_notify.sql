@@ -24,6 +24,12 @@ RESET leader_election.holder_id;
 -- NOTIFY payloads.
 --
 LISTEN leader_election;
+-- With the library preloaded, a notifier worker sends notifications just
+-- after the commit (leader_election.notify_delivery = background), so psql
+-- could print them after a later query; this file asks for them in the
+-- changing transaction so that each prints after its own query.  Delivery
+-- by the notifier is tested by test/t/014_notify_storm.pl.
+SET leader_election.notify_delivery = in_transaction;
 -- Everything up to the next \o goes through sed: results and
 -- notifications print together when the pipe closes, each labelled by the
 -- \qecho before it.

@@ -6,9 +6,10 @@
  *
  * The SQL functions work whether or not the library is preloaded.  With
  * shared_preload_libraries = 'leader_election' the module also gets shared
- * memory (instant wakeups for wait_for_leadership, and the lease cache that
- * answers am_leader without reading the table) and the task runner's
- * launcher (task_launcher.c).
+ * memory (instant wakeups for wait_for_leadership, the lease cache that
+ * answers am_leader without reading the table, and the queue from which a
+ * notifier worker sends the NOTIFY of changes of leader, notify_queue.c)
+ * and the task runner's launcher (task_launcher.c).
  *
  *-------------------------------------------------------------------------
  */
@@ -68,9 +69,27 @@ le_check_holder_id(char **newval, void **extra, GucSource source)
 	return le_check_holder_setting(*newval, "leader_election.holder_id");
 }
 
+static const struct config_enum_entry le_notify_delivery_options[] = {
+	{"background", LE_NOTIFY_BACKGROUND, false},
+	{"in_transaction", LE_NOTIFY_IN_TRANSACTION, false},
+	{NULL, 0, false}
+};
+
 static void
 le_define_settings(void)
 {
+	DefineCustomEnumVariable("leader_election.notify_delivery",
+							 "Who sends the NOTIFY of a change of leader made by this session.",
+							 "background: a notifier worker, after the commit (needs preloading); "
+							 "in_transaction: the changing transaction itself, at its commit, "
+							 "which then serialises with every NOTIFY in the cluster.",
+							 &le_notify_delivery,
+							 LE_NOTIFY_BACKGROUND,
+							 le_notify_delivery_options,
+							 PGC_USERSET,
+							 0,
+							 NULL, NULL, NULL);
+
 	DefineCustomStringVariable("leader_election.holder_id",
 							   "Holder identity used when a function is called without one.",
 							   "Empty means the calling session's own identity, which "
@@ -111,6 +130,7 @@ le_shmem_request(void)
 	RequestAddinShmemSpace(le_cache_shmem_size());
 	RequestAddinShmemSpace(le_waiters_shmem_size());
 	RequestAddinShmemSpace(le_task_shmem_size());
+	RequestAddinShmemSpace(le_notify_shmem_size());
 	RequestAddinShmemSpace(le_stats_shmem_size());
 }
 
@@ -123,6 +143,7 @@ le_shmem_startup(void)
 	le_cache_shmem_init();
 	le_waiters_shmem_init();
 	le_task_shmem_init();
+	le_notify_shmem_init();
 	le_stats_shmem_init();
 }
 
@@ -154,6 +175,7 @@ _PG_init(void)
 	le_wakeup_register_callbacks();
 	le_cache_register_callbacks();
 	le_commit_register_callbacks();
+	le_notify_register_callbacks();
 	le_stats_register_callbacks();
 	le_role_guard_install();
 }

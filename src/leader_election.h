@@ -19,6 +19,7 @@
  *	  waiters.c          the waiting candidates of each name, with their priorities
  *	  leader_info.c      what a leader publishes about itself (set_leader_info)
  *	  handover.c         reservations made by a hand-over or a move
+ *	  notify_queue.c     NOTIFY of changes of leader, sent by a notifier worker
  *	  task_registry.c    the task runner: registering tasks and their checks
  *	  task_launcher.c    the task runner: launcher, settings, shared memory
  *	  task_worker.c      the task runner: one task's worker
@@ -59,12 +60,13 @@
  * Advisory lock key spaces of our own.  pg_advisory_lock() uses field4
  * values 1 and 2, so keys with these field4 values can never block, or be
  * blocked by, an application's advisory locks.  They show in pg_locks as
- * locktype 'advisory' with objsubid 19525 to 19528.
+ * locktype 'advisory' with objsubid 19525 to 19529.
  */
 #define LE_LOCKTAG_WRITER		0x4C45	/* one writer per name at a time */
 #define LE_LOCKTAG_SESSION		0x4C46	/* "this session is alive" */
 #define LE_LOCKTAG_ROLE_NAMES	0x4C47	/* a role's first uses of names, one at a time */
 #define LE_LOCKTAG_TERMS		0x4C48	/* one mover of the term counter at a time */
+#define LE_LOCKTAG_NOTIFY		0x4C49	/* one sender of queued notifications per database */
 
 /* NOTIFY channel for changes of leader. */
 #define LE_NOTIFY_CHANNEL		"leader_election"
@@ -132,6 +134,13 @@ typedef struct LeHandover
 /* Most bytes of the text form of a leader's info (leader_info.c). */
 #define LE_MAX_INFO_BYTES		4096
 
+/* leader_election.notify_delivery */
+typedef enum LeNotifyDelivery
+{
+	LE_NOTIFY_BACKGROUND,
+	LE_NOTIFY_IN_TRANSACTION
+} LeNotifyDelivery;
+
 /* settings (leader_election.c) */
 extern char *le_holder_id_setting;
 extern int	le_history_max_terms;
@@ -167,6 +176,12 @@ extern bool le_store_renew(const char *name, const LeaseRow *row,
 extern void le_store_take_over(const char *name, const LeIdentity *who,
 							   Oid owner, int64 old_term, int64 new_term,
 							   TimestampTz now, TimestampTz expires);
+extern void le_store_take_over_with_history(const char *name,
+											const LeIdentity *who, Oid owner,
+											int64 old_term, int64 new_term,
+											TimestampTz now, TimestampTz expires,
+											bool end_old, TimestampTz ended_at,
+											LeEndReason reason);
 extern void le_store_release(const char *name, const LeaseRow *row,
 							 TimestampTz now);
 extern int64 le_store_count_names(Oid owner);
@@ -220,9 +235,6 @@ extern bool le_try_acquire_in_statement(const char *name, int64 ttl_usecs,
 										const LeIdentity *who);
 extern bool le_release_term(const char *name, const LeIdentity *who,
 							int64 term);
-extern void le_notify(const char *name, const char *event, const char *holder,
-					  int64 term, const char *reason, const char *info,
-					  const char *successor);
 extern void le_check_owner(const char *name, const LeaseRow *row);
 extern void le_unlock_name_writer(const char *name);
 extern bool le_holds_valid_lease(const LeaseRow *row, const LeIdentity *who,
@@ -301,6 +313,16 @@ extern Size le_stats_shmem_size(void);
 extern void le_stats_shmem_init(void);
 extern void le_stats_register_callbacks(void);
 extern void le_stats_count(LeStat kind);
+
+/* notify_queue.c */
+extern int	le_notify_delivery;
+extern Size le_notify_shmem_size(void);
+extern void le_notify_shmem_init(void);
+extern void le_notify_register_callbacks(void);
+extern void le_notify(const char *name, const char *event, const char *holder,
+					  int64 term, const char *reason, const char *info,
+					  const char *successor);
+extern void le_notify_flush_into_transaction(void);
 
 /* role_guard.c */
 extern void le_role_guard_install(void);

@@ -98,12 +98,17 @@
  *     a holder, so every change of holder (a new term, a release, a move)
  *     clears it.  Only the valid holder sets it, under the writer lock.
  *
+ * Every change of leader (a grant, a release, a hand-over, a move) and every
+ * set_leader_info is announced on channel leader_election once its
+ * transaction commits, per name in term order (le_notify, notify_queue.c:
+ * N1, N2); the changing transaction itself does not NOTIFY when the library
+ * is preloaded.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
 #include "access/xact.h"
-#include "commands/async.h"
 #include "common/hmac.h"
 #include "common/sha2.h"
 #include "funcapi.h"
@@ -316,45 +321,6 @@ le_checked_ttl(FunctionCallInfo fcinfo, int argno)
 							   "100 milliseconds and 7 days");
 }
 
-/*
- * NOTIFY leader_election, '{"name":..,"event":..,"holder":..,"term":..,
- * "reason":..,"info":..}', plus "successor" on the events handed_over and
- * moved.  Sent at commit, like any NOTIFY.  info is the text of a jsonb (at
- * most LE_MAX_INFO_BYTES, so the payload stays under NOTIFY's limit) or
- * NULL.  The only place a payload is built.
- */
-void
-le_notify(const char *name, const char *event, const char *holder,
-		  int64 term, const char *reason, const char *info,
-		  const char *successor)
-{
-	StringInfoData buf;
-	bool		with_successor = strcmp(event, "handed_over") == 0 ||
-		strcmp(event, "moved") == 0;
-
-	initStringInfo(&buf);
-	appendStringInfoString(&buf, "{\"name\":");
-	escape_json(&buf, name);
-	appendStringInfo(&buf, ",\"event\":\"%s\",\"holder\":", event);
-	if (holder != NULL)
-		escape_json(&buf, holder);
-	else
-		appendStringInfoString(&buf, "null");
-	appendStringInfo(&buf, ",\"term\":" INT64_FORMAT ",\"reason\":\"%s\"",
-					 term, reason);
-	appendStringInfo(&buf, ",\"info\":%s", info != NULL ? info : "null");
-	if (with_successor)
-	{
-		appendStringInfoString(&buf, ",\"successor\":");
-		if (successor != NULL)
-			escape_json(&buf, successor);
-		else
-			appendStringInfoString(&buf, "null");
-	}
-	appendStringInfoChar(&buf, '}');
-	Async_Notify(LE_NOTIFY_CHANNEL, buf.data);
-}
-
 /* How the term in *row ended, if a new holder takes it over now. */
 static LeEndReason
 le_end_reason(const LeaseRow *row, TimestampTz now, TimestampTz *ended_at)
@@ -471,8 +437,8 @@ le_try_acquire_from(const char *name, int64 ttl_usecs, const LeIdentity *who,
 	{
 		le_check_names_quota();
 		term = le_next_term(name, 0);
+		/* The row and the term's history row (le_history_begin's). */
 		le_store_insert(name, who, term, now, now + ttl_usecs);
-		le_history_begin(name, term, who, GetUserId(), now);
 		le_notify(name, "elected", who->holder, term, "none", NULL, NULL);
 		le_stats_count(LE_STAT_GRANTS);
 		le_after_grant(name, who, now + ttl_usecs);
@@ -538,15 +504,16 @@ le_try_acquire_from(const char *name, int64 ttl_usecs, const LeIdentity *who,
 
 	term = le_next_term(name, locked.term);
 	if (locked.holder != NULL)
-	{
 		reason = le_end_reason(&locked, now, &ended_at);
-		le_history_end(name, locked.term, ended_at, reason);
-	}
 	else
+	{
 		reason = handover.moved ? LE_END_MOVED : LE_END_RELEASED;
-	le_store_take_over(name, who, locked.owner, locked.term, term, now,
-					   now + ttl_usecs);
-	le_history_begin(name, term, who, locked.owner, now);
+		ended_at = now;
+	}
+	/* The old term's history end (if it had a holder), row, new history row. */
+	le_store_take_over_with_history(name, who, locked.owner, locked.term, term,
+									now, now + ttl_usecs,
+									locked.holder != NULL, ended_at, reason);
 	le_notify(name, "elected", who->holder, term, le_end_reason_names[reason],
 			  NULL, NULL);
 	le_stats_count(LE_STAT_GRANTS);

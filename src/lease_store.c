@@ -38,7 +38,9 @@
 #include "access/xact.h"
 #include "catalog/index.h"
 #include "catalog/namespace.h"
+#include "catalog/pg_am.h"
 #include "catalog/pg_collation.h"
+#include "catalog/pg_opfamily.h"
 #include "catalog/pg_trigger.h"
 #include "catalog/pg_type.h"
 #include "commands/sequence.h"
@@ -108,6 +110,8 @@ typedef struct LeStoreRels
 	bool		cache_triggers_ok;	/* the lease cache's triggers are in place */
 	bool		fast_path_ok;	/* the table has its installed shape */
 	Oid			lock_key_rel;	/* leader_election.lock_key */
+	Oid			history;		/* leader_election.history */
+	Oid			history_pkey;	/* its (name, term) index, if it has that shape */
 	bool		schema_1_0;		/* the 1.1 objects are not there yet */
 	bool		has_issue_15;	/* leader_info and handovers exist */
 	bool		lock_key_loaded;
@@ -127,11 +131,57 @@ le_store_invalidate(Datum arg, Oid relid)
 {
 	if (relid == InvalidOid || relid == le_rels.leases ||
 		relid == le_rels.leases_pkey || relid == le_rels.leases_owner_idx ||
-		relid == le_rels.terms_seq || relid == le_rels.lock_key_rel)
+		relid == le_rels.terms_seq || relid == le_rels.lock_key_rel ||
+		relid == le_rels.history || relid == le_rels.history_pkey)
 	{
 		le_rels.valid = false;
 		le_cache_forget_all();
 	}
+}
+
+/*
+ * index, if it is a btree index of history on (name text COLLATE "C",
+ * term bigint) with the default operator families, else InvalidOid: then the history's
+ * highest term is asked with SQL (STMT_HISTORY_MAX).
+ */
+static void le_history_trim(const char *name);
+
+/* history.end_reason of a reason. */
+static const char *
+le_end_reason_text(LeEndReason reason)
+{
+	static const char *const reasons[] = {
+		[LE_END_RELEASED] = "released",
+		[LE_END_EXPIRED] = "expired",
+		[LE_END_SESSION_ENDED] = "session_ended",
+		[LE_END_MOVED] = "moved",
+	};
+
+	return reasons[reason];
+}
+
+static Oid
+le_store_history_index(Oid history, Oid index)
+{
+	Relation	idx;
+	bool		ok;
+
+	if (!OidIsValid(history) || !OidIsValid(index))
+		return InvalidOid;
+	idx = index_open(index, AccessShareLock);
+	ok = idx->rd_index->indrelid == history &&
+		idx->rd_rel->relam == BTREE_AM_OID &&
+		idx->rd_index->indnkeyatts == 2 &&
+		idx->rd_index->indkey.values[0] == get_attnum(history, "name") &&
+		idx->rd_index->indkey.values[1] == get_attnum(history, "term") &&
+		get_atttype(history, idx->rd_index->indkey.values[0]) == TEXTOID &&
+		get_atttype(history, idx->rd_index->indkey.values[1]) == INT8OID &&
+		idx->rd_opfamily[0] == TEXT_BTREE_FAM_OID &&
+		idx->rd_opfamily[1] == INTEGER_BTREE_FAM_OID &&
+		idx->rd_indcollation[0] == C_COLLATION_OID &&
+		idx->rd_indpred == NIL && RelationGetIndexPredicate(idx) == NIL;
+	index_close(idx, AccessShareLock);
+	return ok ? index : InvalidOid;
 }
 
 static void
@@ -276,6 +326,9 @@ le_store_load_rels(void)
 	le_rels.terms_seq = get_relname_relid("terms", nsp);
 	le_rels.lock_key_rel = get_relname_relid("lock_key", nsp);
 	le_rels.lock_key_loaded = false;
+	le_rels.history = get_relname_relid("history", nsp);
+	le_rels.history_pkey = le_store_history_index(le_rels.history,
+												  get_relname_relid("history_pkey", nsp));
 	le_rels.has_issue_15 =
 		OidIsValid(get_relname_relid("leader_info", nsp)) &&
 		OidIsValid(get_relname_relid("handovers", nsp));
@@ -583,6 +636,8 @@ le_store_renew_in_place(const char *name, const LeaseRow *row,
 typedef enum LeStmt
 {
 	STMT_INSERT,
+	STMT_INSERT_WITH_HISTORY,
+	STMT_TAKE_OVER_WITH_HISTORY,
 	STMT_RESERVE,
 	STMT_RENEW,
 	STMT_TAKE_OVER,
@@ -607,7 +662,7 @@ typedef struct LeStmtDef
 {
 	const char *sql;
 	int			nargs;
-	Oid			argtypes[13];
+	Oid			argtypes[18];
 } LeStmtDef;
 
 static const LeStmtDef le_stmts[STMT_COUNT] = {
@@ -616,6 +671,36 @@ static const LeStmtDef le_stmts[STMT_COUNT] = {
 		"VALUES ($1, $2, $3, $4, $5, $5, $6, $7, $8, $9, $10, $11, $12)",
 		12, {TEXTOID, OIDOID, TEXTOID, INT8OID, TIMESTAMPTZOID, TIMESTAMPTZOID,
 		INT4OID, TIMESTAMPTZOID, INT4OID, OIDOID, TEXTOID, INETOID}
+	},
+	/* STMT_INSERT and the term's history row, in one statement. */
+	[STMT_INSERT_WITH_HISTORY] = {
+		"WITH lease AS (INSERT INTO leader_election.leases (" LE_SELECT_COLUMNS ") "
+		"VALUES ($1, $2, $3, $4, $5, $5, $6, $7, $8, $9, $10, $11, $12) RETURNING 1) "
+		"INSERT INTO leader_election.history "
+		"(name, term, holder, owner, session_bound, holder_pid, acquired_at) "
+		"SELECT $1, $4, $3, $2, $13, $14, $5 FROM lease",
+		14, {TEXTOID, OIDOID, TEXTOID, INT8OID, TIMESTAMPTZOID, TIMESTAMPTZOID,
+		INT4OID, TIMESTAMPTZOID, INT4OID, OIDOID, TEXTOID, INETOID, BOOLOID, INT4OID}
+	},
+	/*
+	 * STMT_TAKE_OVER, the end of the old term in the history ($15: if it had
+	 * a holder) and the new term's history row, in one statement.
+	 */
+	[STMT_TAKE_OVER_WITH_HISTORY] = {
+		"WITH ended AS (UPDATE leader_election.history SET ended_at = $13, end_reason = $14 "
+		"WHERE $15 AND name OPERATOR(pg_catalog.=) $1 AND term OPERATOR(pg_catalog.=) $2 "
+		"AND ended_at IS NULL RETURNING 1), "
+		"lease AS (UPDATE leader_election.leases SET holder = $3, term = $4, "
+		"acquired_at = $5, renewed_at = $5, expires_at = $6, session_pid = $7, "
+		"session_start = $8, holder_pid = $9, holder_role = $10, "
+		"application_name = $11, client_addr = $12 "
+		"WHERE name OPERATOR(pg_catalog.=) $1 AND term OPERATOR(pg_catalog.=) $2 RETURNING 1) "
+		"INSERT INTO leader_election.history "
+		"(name, term, holder, owner, session_bound, holder_pid, acquired_at) "
+		"SELECT $1, $4, $3, $16, $17, $18, $5 FROM lease",
+		18, {TEXTOID, INT8OID, TEXTOID, INT8OID, TIMESTAMPTZOID, TIMESTAMPTZOID,
+		INT4OID, TIMESTAMPTZOID, INT4OID, OIDOID, TEXTOID, INETOID,
+		TIMESTAMPTZOID, TEXTOID, BOOLOID, OIDOID, BOOLOID, INT4OID}
 	},
 	/* A name owned and never held: no holder, term 0 (as assign_name). */
 	[STMT_RESERVE] = {
@@ -676,7 +761,7 @@ static const LeStmtDef le_stmts[STMT_COUNT] = {
 		2, {TEXTOID, INT8OID}
 	},
 	[STMT_HISTORY_MAX] = {
-		"SELECT pg_catalog.max(term) FROM leader_election.history "
+		"SELECT pg_catalog.max(term), pg_catalog.count(*) FROM leader_election.history "
 		"WHERE name OPERATOR(pg_catalog.=) $1",
 		1, {TEXTOID}
 	},
@@ -920,20 +1005,36 @@ le_store_insert(const char *name, const LeIdentity *who, int64 term,
 				TimestampTz now, TimestampTz expires)
 {
 	LeSpiCall	call;
-	Datum		v[12];
-	char		n[13] = "            ";
+	Datum		v[14];
+	char		n[15] = "              ";
+	bool		with_history = le_history_max_terms > 0;
 
 	v[0] = CStringGetTextDatum(name);
 	v[1] = ObjectIdGetDatum(GetUserId());
+
 	v[2] = CStringGetTextDatum(who->holder);
 	v[3] = Int64GetDatum(term);
 	v[4] = TimestampTzGetDatum(now);
 	v[5] = TimestampTzGetDatum(expires);
 	le_session_columns(who, &v[6], &n[6], &v[7], &n[7]);
 	le_holder_details(&v[8], &v[9], &v[10], &n[10], &v[11], &n[11]);
+	v[12] = BoolGetDatum(who->session_bound);
+	v[13] = Int32GetDatum(MyProcPid);
 
 	le_spi_begin(&call);
-	le_spi_run(STMT_INSERT, v, n, false);
+	if (with_history && le_rels.fast_path_ok)
+		le_spi_run(STMT_INSERT_WITH_HISTORY, v, n, false);
+	else
+	{
+		/* A rule on the table cannot be combined with WITH: one at a time. */
+		Datum		h[7] = {v[0], v[3], v[2], v[1], v[12], v[13], v[4]};
+
+		le_spi_run(STMT_INSERT, v, n, false);
+		if (with_history)
+			le_spi_run(STMT_HISTORY_BEGIN, h, NULL, false);
+	}
+	if (with_history)
+		le_history_trim(name);
 	le_spi_end(&call);
 	le_store_note_grant(name, who, GetUserId(), term, expires);
 }
@@ -1040,6 +1141,55 @@ le_store_take_over(const char *name, const LeIdentity *who, Oid owner,
 	le_spi_begin(&call);
 	le_spi_run(STMT_TAKE_OVER, v, n, false);
 	le_expect_one_row("takeover");
+	le_spi_end(&call);
+	le_store_note_grant(name, who, owner, new_term, expires);
+}
+
+/*
+ * A takeover with its history: the old term ends (if it had a holder) at
+ * ended_at for reason, the lease row gets the new term, and the new term's
+ * history row is added.  One statement while the tables have their
+ * installed shape, else one at a time.
+ */
+void
+le_store_take_over_with_history(const char *name, const LeIdentity *who,
+								Oid owner, int64 old_term, int64 new_term,
+								TimestampTz now, TimestampTz expires,
+								bool end_old, TimestampTz ended_at,
+								LeEndReason reason)
+{
+	LeSpiCall	call;
+	Datum		v[18];
+	char		n[19] = "                  ";
+
+	le_store_load_rels();
+	if (le_history_max_terms <= 0 || !le_rels.fast_path_ok)
+	{
+		if (end_old)
+			le_history_end(name, old_term, ended_at, reason);
+		le_store_take_over(name, who, owner, old_term, new_term, now, expires);
+		le_history_begin(name, new_term, who, owner, now);
+		return;
+	}
+	v[0] = CStringGetTextDatum(name);
+	v[1] = Int64GetDatum(old_term);
+	v[2] = CStringGetTextDatum(who->holder);
+	v[3] = Int64GetDatum(new_term);
+	v[4] = TimestampTzGetDatum(now);
+	v[5] = TimestampTzGetDatum(expires);
+	le_session_columns(who, &v[6], &n[6], &v[7], &n[7]);
+	le_holder_details(&v[8], &v[9], &v[10], &n[10], &v[11], &n[11]);
+	v[12] = TimestampTzGetDatum(ended_at);
+	v[13] = CStringGetTextDatum(le_end_reason_text(reason));
+	v[14] = BoolGetDatum(end_old);
+	v[15] = ObjectIdGetDatum(owner);
+	v[16] = BoolGetDatum(who->session_bound);
+	v[17] = Int32GetDatum(MyProcPid);
+
+	le_spi_begin(&call);
+	le_spi_run(STMT_TAKE_OVER_WITH_HISTORY, v, n, false);
+	le_expect_one_row("takeover");
+	le_history_trim(name);
 	le_spi_end(&call);
 	le_store_note_grant(name, who, owner, new_term, expires);
 }
@@ -1294,6 +1444,62 @@ le_store_record_term_era(uint64 sysid, TimeLineID tli, int64 first_term)
 	return recorded;
 }
 
+/*
+ * How many history rows the name had when a grant last looked
+ * (le_store_history_max_term, under the name's writer lock), so that the
+ * grant's le_history_begin can skip the trim while the name is below
+ * history_max_terms: a grant needs one query on the history, not two.  A
+ * count made stale by a direct change of the table only delays a trim to
+ * the name's next grant (the trim keeps the newest terms, however many
+ * there are).
+ */
+static char le_history_counted_name[LE_MAX_NAME_BYTES + 1];
+static int64 le_history_counted = -1;
+
+/*
+ * The highest term in the name's history and how many rows it has (counted
+ * up to history_max_terms + 1), as committed at this instant, read from the
+ * (name, term) index: a grant's one look at the history costs one index
+ * descent rather than a query.
+ */
+static int64
+le_store_history_max_term_by_index(const char *name, int64 *count)
+{
+	Relation	rel = table_open(le_rels.history, AccessShareLock);
+	Relation	idx = index_open(le_rels.history_pkey, AccessShareLock);
+	Snapshot	snap = RegisterSnapshot(GetLatestSnapshot());
+	TupleTableSlot *slot = table_slot_create(rel, NULL);
+	AttrNumber	term_att = idx->rd_index->indkey.values[1];
+	ScanKeyData key;
+	IndexScanDesc scan;
+	int64		max_term = 0;
+
+	*count = 0;
+	ScanKeyEntryInitialize(&key, 0, 1, BTEqualStrategyNumber, InvalidOid,
+						   C_COLLATION_OID, F_TEXTEQ,
+						   PointerGetDatum(cstring_to_text(name)));
+	scan = le_index_beginscan(rel, idx, snap, 1, 0);
+	index_rescan(scan, &key, 1, NULL, 0);
+	while (*count <= le_history_max_terms &&
+		   index_getnext_slot(scan, BackwardScanDirection, slot))
+	{
+		if (*count == 0)
+		{
+			bool		isnull;
+			Datum		d = slot_getattr(slot, term_att, &isnull);
+
+			max_term = isnull ? 0 : DatumGetInt64(d);
+		}
+		(*count)++;
+	}
+	index_endscan(scan);
+	ExecDropSingleTupleTableSlot(slot);
+	UnregisterSnapshot(snap);
+	index_close(idx, NoLock);
+	table_close(rel, NoLock);
+	return max_term;
+}
+
 /* The highest term in the name's history, or 0. */
 int64
 le_store_history_max_term(const char *name)
@@ -1304,11 +1510,19 @@ le_store_history_max_term(const char *name)
 	Datum		d;
 	int64		max_term;
 
+	le_store_load_rels();
+	strlcpy(le_history_counted_name, name, sizeof(le_history_counted_name));
+	if (OidIsValid(le_rels.history_pkey))
+		return le_store_history_max_term_by_index(name, &le_history_counted);
+
 	v[0] = CStringGetTextDatum(name);
 	le_spi_begin(&call);
 	le_spi_run(STMT_HISTORY_MAX, v, NULL, true);
 	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
 	max_term = isnull ? 0 : DatumGetInt64(d);
+	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull);
+	le_history_counted = isnull ? -1 : DatumGetInt64(d);
+	strlcpy(le_history_counted_name, name, sizeof(le_history_counted_name));
 	le_spi_end(&call);
 	return max_term;
 }
@@ -1391,6 +1605,26 @@ le_new_lock_key(PG_FUNCTION_ARGS)
 	PG_RETURN_BYTEA_P(k);
 }
 
+/*
+ * Inside an SPI call that just added a term to the name's history: keep at
+ * most history_max_terms terms, unless the grant's look at the history
+ * (le_store_history_max_term) showed the name below the limit.
+ */
+static void
+le_history_trim(const char *name)
+{
+	Datum		trim[2];
+
+	if (le_history_counted < 0 || strcmp(le_history_counted_name, name) != 0 ||
+		le_history_counted + 1 > le_history_max_terms)
+	{
+		trim[0] = CStringGetTextDatum(name);
+		trim[1] = Int64GetDatum((int64) le_history_max_terms);
+		le_spi_run(STMT_HISTORY_TRIM, trim, NULL, false);
+	}
+	le_history_counted = -1;
+}
+
 /* Record the start of a term, keeping at most history_max_terms per name. */
 void
 le_history_begin(const char *name, int64 term, const LeIdentity *who,
@@ -1398,7 +1632,6 @@ le_history_begin(const char *name, int64 term, const LeIdentity *who,
 {
 	LeSpiCall	call;
 	Datum		v[7];
-	Datum		trim[2];
 
 	if (le_history_max_terms <= 0)
 		return;
@@ -1409,12 +1642,10 @@ le_history_begin(const char *name, int64 term, const LeIdentity *who,
 	v[4] = BoolGetDatum(who->session_bound);
 	v[5] = Int32GetDatum(MyProcPid);
 	v[6] = TimestampTzGetDatum(at);
-	trim[0] = v[0];
-	trim[1] = Int64GetDatum((int64) le_history_max_terms);
 
 	le_spi_begin(&call);
 	le_spi_run(STMT_HISTORY_BEGIN, v, NULL, false);
-	le_spi_run(STMT_HISTORY_TRIM, trim, NULL, false);
+	le_history_trim(name);
 	le_spi_end(&call);
 }
 
@@ -1422,19 +1653,13 @@ void
 le_history_end(const char *name, int64 term, TimestampTz at,
 			   LeEndReason reason)
 {
-	static const char *const reasons[] = {
-		[LE_END_RELEASED] = "released",
-		[LE_END_EXPIRED] = "expired",
-		[LE_END_SESSION_ENDED] = "session_ended",
-		[LE_END_MOVED] = "moved",
-	};
 	LeSpiCall	call;
 	Datum		v[4];
 
 	v[0] = CStringGetTextDatum(name);
 	v[1] = Int64GetDatum(term);
 	v[2] = TimestampTzGetDatum(at);
-	v[3] = CStringGetTextDatum(reasons[reason]);
+	v[3] = CStringGetTextDatum(le_end_reason_text(reason));
 
 	le_spi_begin(&call);
 	le_spi_run(STMT_HISTORY_END, v, NULL, false);

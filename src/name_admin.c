@@ -15,7 +15,10 @@
  *	  - note the name as changed by this transaction (wakeup.c), so that
  *	    waiters in wait_for_leadership() wake at commit instead of at the
  *	    old lease's expiry, and PREPARE TRANSACTION is refused as after any
- *	    other write of a lease.
+ *	    other write of a lease;
+ *	  - move the notifications still queued for LISTENers into this
+ *	    transaction (notify_queue.c, N3), so that the pg_notify of the SQL
+ *	    half reaches them after every earlier change of the name.
  *
  * This file must never decide who may do what: the right to call the
  * administrator's functions is EXECUTE on them, granted by a superuser.
@@ -42,6 +45,7 @@ le_admin_change_begin(PG_FUNCTION_ARGS)
 	PreventCommandDuringRecovery("a change of a lease name");
 	PreventCommandIfReadOnly("a change of a lease name");
 	le_lock_name_writer(name);
+	le_notify_flush_into_transaction();
 	le_xact_touched(name);
 	le_commit_note_write(name, 0);
 	PG_RETURN_TEXT_P(cstring_to_text(name));

@@ -1,0 +1,484 @@
+#!/usr/bin/python3
+"""bench/grants.py: grants and storms (PERFORMANCE.md T8-T11), and how fast
+observers hear of them.
+
+Run by bench/grants.sh against a throwaway cluster it started (PGHOST,
+PGPORT, PGUSER, PGDATABASE in the environment).  Same conventions as
+bench.py (whose pgbench cells it reuses): every target is a ratio to a
+reference run in the same cluster in the same run, throughput cells run in
+rotated rounds and report the median round.
+
+Scenarios:
+
+  new_grants_32   T8: 32 clients, every transaction a brand-new name
+                  (try_acquire_leader), against a one-row INSERT ... ON
+                  CONFLICT DO NOTHING into a ShedLock-style table, and the
+                  same INSERT plus pg_notify() in the transaction.
+  first_use_32_10k, _100k
+                  T9: many_names_32 where the names are first used during
+                  the run (fresh names for every protocol and round): each
+                  client tries a uniformly random name of its own N/32.
+  storm           T10: one session holds 250 session-bound leases and is
+                  terminated while 250 candidates wait in
+                  wait_for_leadership, one per name; time from the
+                  terminate to the last winner's return.  Reference: the
+                  same with pg_advisory_lock waiters that each commit one
+                  row.  An observer (a process of its own) LISTENs on
+                  leader_election during the ext storms and must get every
+                  "elected" (completeness and per-name term order are
+                  checked); its delay is the arrival time minus the commit
+                  time of the grant (pg_xact_commit_timestamp of its history
+                  row; grants.sh turns track_commit_timestamp on).
+  notify_rtt      T11: an unrelated application's NOTIFY/LISTEN round trip
+                  (a process of its own), idle, during the storms and during
+                  new_grants_32.
+"""
+
+import argparse
+import datetime
+import json
+import multiprocessing
+import os
+import platform
+import select
+import sys
+import threading
+import time
+
+import psycopg2
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import bench  # noqa: E402  (pgbench cells, connection helpers)
+
+STORM_NAMES = 250
+
+
+def pct(xs, p):
+    """Nearest-rank percentile of xs (p in 0..100)."""
+    if not xs:
+        return None
+    s = sorted(xs)
+    k = max(0, min(len(s) - 1, int(round(p / 100.0 * len(s) + 0.5)) - 1))
+    return s[k]
+
+
+def median(xs):
+    return pct(xs, 50)
+
+
+class Pinger:
+    """An unrelated application: NOTIFY app_ping, payload a sequence number,
+    timed until its LISTENing connection receives it."""
+
+    def __init__(self, connect):
+        self.listener = connect()
+        self.sender = connect()
+        with self.listener.cursor() as cur:
+            cur.execute("LISTEN app_ping")
+        self.seq = 0
+
+    def ping(self, timeout=5.0):
+        self.seq += 1
+        t0 = time.perf_counter()
+        with self.sender.cursor() as cur:
+            cur.execute("NOTIFY app_ping, %s", (str(self.seq),))
+        while True:
+            self.listener.poll()
+            while self.listener.notifies:
+                n = self.listener.notifies.pop(0)
+                if n.payload == str(self.seq):
+                    return (time.perf_counter() - t0) * 1000.0
+            left = timeout - (time.perf_counter() - t0)
+            if left <= 0:
+                return None
+            select.select([self.listener], [], [], left)
+
+    def close(self):
+        self.listener.close()
+        self.sender.close()
+
+
+def _connect():
+    conn = psycopg2.connect(dbname=os.environ.get("PGDATABASE", "postgres"))
+    conn.autocommit = True
+    return conn
+
+
+def observer_process(names, ready, out):
+    """A LISTENer in its own process (no GIL shared with the storm's 250
+    client threads): records when each notification arrives, until every
+    name in `names` was heard as elected (or 30 s)."""
+    conn = _connect()
+    with conn.cursor() as cur:
+        cur.execute("LISTEN leader_election")
+    ready.set()
+    heard, left = [], set(names)
+    deadline = time.time() + 30
+    while left and time.time() < deadline:
+        select.select([conn], [], [], 0.05)
+        conn.poll()
+        now = time.time()
+        while conn.notifies:
+            payload = conn.notifies.pop(0).payload
+            heard.append((payload, now))
+            p = json.loads(payload)
+            if p.get("event") == "elected":
+                left.discard(p.get("name"))
+    out.put(heard)
+    conn.close()
+
+
+def pinger_process(stop, ready, out):
+    """The unrelated application, in its own process: NOTIFY/LISTEN round
+    trips every 2 ms until stop is set."""
+    pinger = Pinger(_connect)
+    ready.set()
+    pings = []
+    while not stop.is_set():
+        ms = pinger.ping()
+        if ms is not None:
+            pings.append(ms)
+        time.sleep(0.002)
+    pinger.close()
+    out.put(pings)
+
+
+class Grants(bench.Bench):
+    def __init__(self, args):
+        super().__init__(args)
+        self.storm_trials = args.storm_trials or (3 if self.quick else 7)
+        self.q("CREATE SCHEMA IF NOT EXISTS grants_ref")
+        self.q("CREATE TABLE IF NOT EXISTS grants_ref.storm (k int, at timestamptz)")
+        self.round_id = 0
+
+    # ---- T8 ----
+
+    def new_grants(self, clients=32):
+        key = f"new_grants_{clients}"
+        self.scenarios.append((key, f"{clients} clients, every transaction a brand-new name (ttl 1 minute)",
+                               ["insert"]))
+        name = "'g' || :client_id || '_' || :r"
+        scripts = {
+            "ext": f"\\set r random(1, 1000000000000)\nSELECT try_acquire_leader({name}, interval '1 minute', 'h' || :client_id);\n",
+            "insert": (f"\\set r random(1, 1000000000000)\nINSERT INTO shedlock.leases VALUES ({name}, now() + interval '1 minute',"
+                       f" now(), 'h' || :client_id) ON CONFLICT (name) DO NOTHING;\n"),
+            "insert_notify": ("\\set r random(1, 1000000000000)\nBEGIN;\n"
+                              f"INSERT INTO shedlock.leases VALUES ({name}, now() + interval '1 minute',"
+                              f" now(), 'h' || :client_id) ON CONFLICT (name) DO NOTHING;\n"
+                              f"SELECT pg_notify('grants_ref', {name});\nCOMMIT;\n"),
+            "shedlock": f"\\set r random(1, 1000000000000)\nSELECT shedlock.le_try({name}, 'h' || :client_id, interval '1 minute');\n",
+        }
+        order = list(scripts)
+        for r in range(self.rounds):
+            k = r % len(order)
+            for p in order[k:] + order[:k]:
+                self.cell(key, p, scripts[p], clients)
+
+    # ---- T9 ----
+
+    def first_use(self, names, clients=32):
+        key = f"first_use_{clients}_{names // 1000}k"
+        self.scenarios.append((key, f"{clients} clients; {names} names first used during the run (fresh for every"
+                               f" protocol and round); each client tries a uniformly random name of its own"
+                               f" ({names // clients} each) with its own holder, ttl 10 s", ["shedlock"]))
+        per = names // clients
+        order = ["ext", "shedlock", "upsert", "seed_kotlin"]
+        for r in range(self.rounds):
+            k = r % len(order)
+            for p in order[k:] + order[:k]:
+                self.round_id += 1
+                prefix = f"f{self.round_id}_"
+                script = (f"\\set k random(0, {per - 1})\n"
+                          f"\\set i :client_id + {clients} * :k\n")
+                self.cell(key, p, script + bench.try_sql(p, f"'{prefix}' || :i", "'h' || :client_id", "10 s"),
+                          clients)
+
+    # ---- T10, observers, T11 ----
+
+    def storm_once(self, kind, observe=False, ping=False):
+        """One storm.  Returns (last winner ms after the terminate, first winner ms,
+        pings during the storm, observer delays ms or None, names not heard, names out of order).
+        The observer and the pinger run in processes of their own."""
+        self.round_id += 1
+        tag = f"s{self.round_id}_"
+        names = [tag + str(i) for i in range(STORM_NAMES)]
+        holder = self.connect()
+        hpid = self.q("SELECT pg_backend_pid()", conn=holder)[0][0]
+        if kind == "ext":
+            for n in names:
+                self.q("SELECT try_acquire_leader(%s, interval '1 minute')", (n,), conn=holder)
+        else:
+            for i in range(STORM_NAMES):
+                self.q("SELECT pg_advisory_lock(%s)", (self.round_id * 1000 + i,), conn=holder)
+        done = {}
+        errors = []
+        conns = [self.connect() for _ in range(STORM_NAMES)]
+        pids = [self.q("SELECT pg_backend_pid()", conn=c)[0][0] for c in conns]
+
+        def candidate(i):
+            try:
+                with conns[i].cursor() as cur:
+                    if kind == "ext":
+                        cur.execute("SELECT wait_for_leadership(%s, interval '1 minute', interval '60 s', %s)",
+                                    (names[i], "c" + str(i)))
+                        ok = cur.fetchone()[0]
+                    else:
+                        cur.execute("SELECT pg_advisory_lock(%s); INSERT INTO grants_ref.storm VALUES (%s, clock_timestamp())",
+                                    (self.round_id * 1000 + i, i))
+                        ok = True
+                done[i] = (time.time(), ok)
+            except Exception as e:  # reported below
+                errors.append(repr(e))
+
+        threads = [threading.Thread(target=candidate, args=(i,)) for i in range(STORM_NAMES)]
+        for t in threads:
+            t.start()
+        # Every candidate confirmed waiting before the kill.
+        want = "Extension" if kind == "ext" else "Lock"
+        for _ in range(3000):
+            n = self.q("SELECT count(*) FROM pg_stat_activity WHERE pid = ANY(%s) AND wait_event_type = %s",
+                       (pids, want))[0][0]
+            if n == STORM_NAMES:
+                break
+            time.sleep(0.01)
+        ctx = multiprocessing.get_context("fork")
+        obs = pin = None
+        if observe:
+            obs_q, obs_ready = ctx.Queue(), ctx.Event()
+            obs = ctx.Process(target=observer_process, args=(names, obs_ready, obs_q))
+            obs.start()
+            obs_ready.wait(30)
+        if ping:
+            pin_q, pin_ready, pin_stop = ctx.Queue(), ctx.Event(), ctx.Event()
+            pin = ctx.Process(target=pinger_process, args=(pin_stop, pin_ready, pin_q))
+            pin.start()
+            pin_ready.wait(30)
+        t0 = self.q("SELECT extract(epoch FROM clock_timestamp())::float8 FROM pg_terminate_backend(%s)", (hpid,))[0][0]
+        for t in threads:
+            t.join(90)
+        pings = []
+        if pin:
+            pin_stop.set()
+            pings = pin_q.get(timeout=60)
+            pin.join()
+        delays = missing = out_of_order = None
+        if obs:
+            heard = obs_q.get(timeout=60)
+            obs.join()
+            granted = dict(((r[0], r[1]), r[2]) for r in self.q(
+                "SELECT name, term, extract(epoch FROM coalesce(pg_xact_commit_timestamp(xmin), acquired_at))::float8"
+                " FROM leader_election.history WHERE name LIKE %s AND holder LIKE 'c%%'", (tag + "%",)))
+            got = {}
+            for payload, at in heard:
+                p = json.loads(payload)
+                if p["event"] == "elected" and p["name"].startswith(tag):
+                    got.setdefault(p["name"], []).append((p["term"], at))
+            delays, missing, out_of_order = [], 0, 0
+            for (name, term), acquired in granted.items():
+                evs = got.get(name, [])
+                terms = [t for t, _ in evs]
+                if term not in terms:
+                    missing += 1
+                    continue
+                if terms != sorted(terms):
+                    out_of_order += 1
+                delays.append((dict(evs)[term] - acquired) * 1000.0)
+        for c in conns:
+            c.close()
+        try:
+            holder.close()
+        except Exception:
+            pass
+        if errors or len(done) != STORM_NAMES or not all(ok for _, ok in done.values()):
+            raise RuntimeError(f"storm {kind}: {len(done)} winners, errors {errors[:3]}")
+        last = max(at for at, _ in done.values())
+        first = min(at for at, _ in done.values())
+        return (last - t0) * 1000.0, (first - t0) * 1000.0, pings, delays, missing, out_of_order
+
+    def storms(self):
+        key = "storm_250"
+        self.scenarios.append((key, "one session holding 250 session-bound leases is terminated while 250"
+                               " candidates wait (one per name); ms from the terminate to the last winner", ["advisory"]))
+        pinger = Pinger(self.connect)
+        idle = []
+        for _ in range(200):
+            ms = pinger.ping()
+            if ms is not None:
+                idle.append(ms)
+            time.sleep(0.002)
+        res = {"ext": [], "advisory": []}
+        firsts = {"ext": [], "advisory": []}
+        storm_pings = []
+        delays = []
+        missing = 0
+        out_of_order = 0
+        for trial in range(self.storm_trials):
+            for kind in (["ext", "advisory"] if trial % 2 == 0 else ["advisory", "ext"]):
+                last_ms, first_ms, pings, d, miss, ooo = self.storm_once(kind, observe=(kind == "ext"), ping=True)
+                res[kind].append(last_ms)
+                firsts[kind].append(first_ms)
+                storm_pings += pings
+                if d is not None:
+                    delays += d
+                    missing += miss
+                    out_of_order += ooo
+                self.log(f"storm {kind:9} trial {trial}: first winner {first_ms:.1f} ms, last winner {last_ms:.1f} ms,"
+                         f" {len(pings)} pings (median {median(pings) or 0:.2f} ms)"
+                         + (f", observer delay p50 {median(d):.2f} p99 {pct(d, 99):.2f} ms, missing {miss}" if d else ""))
+        # Round trips during a grant load.
+        load_pings = []
+        stop = threading.Event()
+
+        def pinging():
+            time.sleep(0.5)
+            while not stop.is_set():
+                ms = pinger.ping()
+                if ms is not None:
+                    load_pings.append(ms)
+                time.sleep(0.005)
+        pt = threading.Thread(target=pinging)
+        pt.start()
+        self.pgbench("\\set r random(1, 1000000000000)\n"
+                     "SELECT try_acquire_leader('p' || :client_id || '_' || :r, interval '1 minute', 'h' || :client_id);\n",
+                     32, log=False)
+        stop.set()
+        pt.join()
+        pinger.close()
+        self.results[key] = {k: {"median_ms": median(v), "p99_ms": pct(v, 99), "all_ms": v,
+                                 "first_median_ms": median(firsts[k])} for k, v in res.items()}
+        self.extra["observer"] = {"delays_ms_p50": median(delays), "delays_ms_p99": pct(delays, 99),
+                                  "delays_ms_max": max(delays) if delays else None, "n": len(delays),
+                                  "missing": missing, "out_of_order": out_of_order}
+        self.extra["notify_rtt"] = {
+            "idle": {"p50": median(idle), "p99": pct(idle, 99), "n": len(idle)},
+            "storm": {"p50": median(storm_pings), "p99": pct(storm_pings, 99), "n": len(storm_pings)},
+            "grant_load": {"p50": median(load_pings), "p99": pct(load_pings, 99), "n": len(load_pings)},
+        }
+        self.log(f"observer: {self.extra['observer']}")
+        self.log(f"notify_rtt: {self.extra['notify_rtt']}")
+
+    def run(self):
+        self.extra["load_before"] = os.getloadavg()
+        steps = [("new_grants", self.new_grants),
+                 ("first_use_10k", lambda: self.first_use(10_000)),
+                 ("first_use_100k", lambda: self.first_use(100_000)),
+                 ("storm", self.storms)]
+        if self.args.only:
+            steps = [s for s in steps if s[0] in self.args.only.split(",")]
+        for name, fn in steps:
+            print(f"==> {name}", flush=True)
+            fn()
+        return {"machine": self.machine(), "scenarios": self.scenarios, "results": self.results,
+                "extra": self.extra, "label": self.args.label}
+
+
+def f1(x, unit=""):
+    return "—" if x is None else f"{x:.2f}{unit}"
+
+
+def report(runs):
+    """Markdown for one or more runs (e.g. before and after), each a dict from Grants.run()."""
+    out = ["# leader_election 1.1: grants and storms (T8–T11)", ""]
+    for data in runs:
+        m = data["machine"]
+        res = data["results"]
+        ex = data["extra"]
+        out += [f"## {data.get('label') or 'run'}", "",
+                f"Machine: {m['host']}, {m['cores']} cores, PostgreSQL {m['pg']}, {m['date']}, "
+                f"fsync {m['settings'].get('fsync')}, synchronous_commit {m['settings'].get('synchronous_commit')}, "
+                f"{m['mode']} mode ({m['duration']} s per cell, median of {m['rounds']} rounds), "
+                f"load {', '.join(f'{x:.2f}' for x in m['load_before'])} before.", ""]
+
+        def r(scen, p, ref):
+            a, b = res.get(scen, {}).get(p, {}), res.get(scen, {}).get(ref, {})
+            if "tps" in a and "tps" in b and b["tps"]:
+                return a["tps"] / b["tps"]
+            return None
+        t = ["| # | target | measured | met |", "|---|---|---|---|"]
+        x = r("new_grants_32", "ext", "insert")
+        if x is not None:
+            t.append(f"| T8 | new grants, 32 clients ≥ 0.5 × one-row INSERT | {x:.2f} × | {'yes' if x >= 0.5 else 'NO'} |")
+        for n in ("10k", "100k"):
+            x = r(f"first_use_32_{n}", "ext", "shedlock")
+            if x is not None:
+                t.append(f"| T9 | many_names_32, {n} names first used in the run ≥ 1.0 × shedlock | {x:.2f} × | {'yes' if x >= 1.0 else 'NO'} |")
+        st = res.get("storm_250")
+        if st and st["ext"]["median_ms"] and st["advisory"]["median_ms"]:
+            x = st["ext"]["median_ms"] / st["advisory"]["median_ms"]
+            t.append(f"| T10 | storm of 250: last winner ≤ 1.0 × advisory-lock storm (medians) | {x:.2f} × "
+                     f"({st['ext']['median_ms']:.1f} vs {st['advisory']['median_ms']:.1f} ms) | {'yes' if x <= 1.0 else 'NO'} |")
+        rtt = ex.get("notify_rtt")
+        if rtt and rtt["idle"]["p50"]:
+            x = rtt["storm"]["p50"] / rtt["idle"]["p50"] if rtt["storm"]["p50"] else None
+            y = rtt["grant_load"]["p50"] / rtt["idle"]["p50"] if rtt["grant_load"]["p50"] else None
+            t.append(f"| T11 | an unrelated NOTIFY/LISTEN round trip during storms ≤ 2 × idle (medians) | "
+                     f"{f1(x, ' ×')} (storm), {f1(y, ' ×')} (32 clients granting) | "
+                     f"{'yes' if x is not None and x <= 2 else 'NO'} |")
+        obs = ex.get("observer")
+        if obs:
+            t.append(f"| — | observers: every change heard, in term order; p99 delay (commit → arrival) ≤ 10 ms | missing {obs['missing']}, "
+                     f"out of order {obs['out_of_order']}, p50 {f1(obs['delays_ms_p50'])} ms, p99 {f1(obs['delays_ms_p99'])} ms, "
+                     f"max {f1(obs['delays_ms_max'])} ms (n={obs['n']}) | "
+                     f"{'yes' if obs['missing'] == 0 and obs['out_of_order'] == 0 and (obs['delays_ms_p99'] or 0) <= 10 else 'NO'} |")
+        out += t + [""]
+        for key, title, refs in data["scenarios"]:
+            if key == "storm_250":
+                continue
+            out += [f"### {key}", "", title + ".", "",
+                    "| protocol | TPS | range over rounds | mean ms | p99 ms | WAL B/tx | × " + refs[0] + " |",
+                    "|---|---:|---:|---:|---:|---:|---:|"]
+            ref = res.get(key, {}).get(refs[0], {}).get("tps")
+            for p, v in res.get(key, {}).items():
+                if "error" in v:
+                    out.append(f"| {p} | {v['error']} | | | | | |")
+                    continue
+                out.append(f"| {p} | {v['tps']:.0f} | {v.get('tps_min', v['tps']):.0f}–{v.get('tps_max', v['tps']):.0f} | "
+                           f"{v.get('mean_ms', 0):.2f} | {v.get('p99_ms', 0):.2f} | {v['wal_per_tx']:.0f} | "
+                           f"{(v['tps'] / ref) if ref else 0:.2f} |")
+            out.append("")
+        if st:
+            out += ["### storm_250", "", "ms from pg_terminate_backend of the holder to the last of 250 winners' returns.", "",
+                    "| method | trials | first winner (median) ms | last winner median ms | p99 (max) ms | all |",
+                    "|---|---:|---:|---:|---:|---|"]
+            for k, v in st.items():
+                out.append(f"| {k} | {len(v['all_ms'])} | {f1(v.get('first_median_ms'))} | {f1(v['median_ms'])} | {f1(v['p99_ms'])} | "
+                           f"{', '.join(f'{x:.0f}' for x in v['all_ms'])} |")
+            out.append("")
+        if rtt:
+            out += ["### notify_rtt", "", "An unrelated application's NOTIFY → LISTEN round trip (ms).", "",
+                    "| when | n | p50 | p99 |", "|---|---:|---:|---:|"]
+            for k, v in rtt.items():
+                out.append(f"| {k} | {v['n']} | {f1(v['p50'])} | {f1(v['p99'])} |")
+            out.append("")
+    return "\n".join(out) + "\n"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--duration", type=int, help="seconds per cell")
+    ap.add_argument("--rounds", type=int, help="rounds of each throughput cell (median reported)")
+    ap.add_argument("--storm-trials", type=int, help="storms per method")
+    ap.add_argument("--only", help="comma-separated steps (new_grants, first_use_10k, first_use_100k, storm)")
+    ap.add_argument("--label", help="title of this run in the report")
+    ap.add_argument("--json", help="write raw results here")
+    ap.add_argument("--render", nargs="+", metavar="JSON",
+                    help="only print the Markdown report of these runs (JSON files of --json)")
+    args = ap.parse_args()
+    if args.render:
+        runs = []
+        for fn in args.render:
+            with open(fn) as f:
+                runs.append(json.load(f))
+        print(report(runs), end="")
+        return 0
+    data = Grants(args).run()
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(data, f, indent=1, default=str)
+    print(report([data]))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
