@@ -617,6 +617,7 @@ le_launcher_scan(MemoryContext cxt)
 		LeTaskInfo *info;
 		TimestampTz now;
 		bool	   *handled;
+		bool		slots_may_be_free;
 		int		   *workers;
 
 		le_task_xact_begin();
@@ -692,19 +693,37 @@ le_launcher_scan(MemoryContext cxt)
 		 * gets more than its quota (task_runner.h, "Slots").
 		 */
 		now = GetCurrentTimestamp();
+		slots_may_be_free = true;
 		handled = MemoryContextAllocZero(cxt, sizeof(bool) * Max(ntasks, 1));
 		workers = MemoryContextAlloc(cxt, sizeof(int) * Max(ntasks, 1));
 		for (int k = 0; k < ntasks; k++)
 			workers[k] = le_role_workers(tasks[k].owner);
-		for (int round = 0; round < ntasks; round++)
+		for (int round = 0, in_order = 0; round < ntasks; round++)
 		{
 			LeTask	   *t;
-			int			k = le_next_fair_task(ntasks, handled, workers);
+			int			k;
+
 			int			free_slot = -1;
 			bool		has_worker = false;
 			bool		name_taken = false;
-			int			role_workers = workers[k];
+			int			role_workers;
 
+			/*
+			 * While a slot may be free, the fair order decides who gets it;
+			 * once none is, the rest only have their states shown, in id
+			 * order (the fair pick is linear: over every task it would make
+			 * the scan quadratic in the number of tasks).
+			 */
+			if (slots_may_be_free)
+				k = le_next_fair_task(ntasks, handled, workers);
+			else
+			{
+				while (handled[in_order])
+					in_order++;
+				k = in_order;
+			}
+
+			role_workers = workers[k];
 			handled[k] = true;
 			t = &tasks[k];
 
@@ -730,6 +749,8 @@ le_launcher_scan(MemoryContext cxt)
 				}
 				SpinLockRelease(&slot->mutex);
 			}
+			if (free_slot < 0)
+				slots_may_be_free = false;
 
 			if (has_worker)
 				le_info_state(info, "worker started", NULL);

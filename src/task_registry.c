@@ -78,7 +78,7 @@ le_task_query(const char *source, const char *tail)
 					"  r.rolvaliduntil OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp(),"
 					"  r.rolvaliduntil::pg_catalog.text,"
 					"  CASE WHEN r.oid IS NOT NULL AND p.oid IS NOT NULL THEN"
-					"       pg_catalog.pg_has_role(t.owner, p.proowner, 'USAGE') END,"
+					"       pg_catalog.pg_has_role(p.proowner, t.owner, 'USAGE') END,"
 					"  pg_catalog.pg_get_userbyid(p.proowner)::pg_catalog.text"
 					" FROM %s AS t"
 					" LEFT JOIN pg_catalog.pg_roles AS r ON r.oid OPERATOR(pg_catalog.=) t.owner"
@@ -217,9 +217,9 @@ le_task_check(const LeTask *t, int *code)
 		return psprintf("role \"%s\" lacks EXECUTE on procedure %s (or USAGE on its schema)",
 						t->role_name, t->proc_text);
 	if (!t->has_proc_owner_privs)
-		return psprintf("role \"%s\" does not have the privileges of role \"%s\", the owner of procedure %s (who could change what it does)",
-						t->role_name, t->proc_owner_name ? t->proc_owner_name : "?",
-						t->proc_text);
+		return psprintf("procedure %s is owned by role \"%s\", which does not have the privileges of role \"%s\" (it, and every member of it, could change what the task runs)",
+						t->proc_text, t->proc_owner_name ? t->proc_owner_name : "?",
+						t->role_name);
 	if (t->name_foreign)
 		return psprintf("the lease name \"%s\" belongs to another role", t->name);
 	return NULL;

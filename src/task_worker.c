@@ -765,6 +765,7 @@ le_task_worker_main(Datum main_arg)
 		bool		found;
 		bool		leader = false;
 		bool		run = false;
+		bool		due_now = false;
 		char	   *problem = NULL;
 		int64		term = 0;
 		int64		run_id = 0;
@@ -815,7 +816,8 @@ le_task_worker_main(Datum main_arg)
 			 * the task owner's.
 			 */
 			now = GetCurrentTimestamp();
-			if (now >= due || t.name_foreign)
+			due_now = now >= due;
+			if (due_now || t.name_foreign)
 				problem = le_task_problem(&t);
 			if (problem != NULL)
 				(void) le_task_disable(&t, problem);
@@ -830,7 +832,12 @@ le_task_worker_main(Datum main_arg)
 					expires = row.expires_at;
 					le_held_term = term;
 					now = GetCurrentTimestamp();
-					run = now >= due && le_lease_valid(&row, now);
+					/*
+					 * Only a run that was due when the checks ran: one that
+					 * fell due while the campaign waited starts at the next
+					 * turn, after the checks (review of issue 12).
+					 */
+					run = due_now && le_lease_valid(&row, now);
 					if (run)
 						run_id = le_record_start(&t, term, &started);
 				}

@@ -39,7 +39,7 @@ REVOKE EXECUTE ON PROCEDURE public.p_shared() FROM PUBLIC;
 GRANT EXECUTE ON PROCEDURE public.p_shared() TO a4;
 CREATE ROLE sharers;
 GRANT sharers TO a4;
-ALTER PROCEDURE public.p_shared() OWNER TO sharers;
+ALTER PROCEDURE public.p_shared() OWNER TO a4;
 });
 
 # Registration refuses bad input, one SQLSTATE each.

@@ -169,10 +169,18 @@ is(register($node, 'p', 'tp2', 'public.pp()', '1 second'), '', 'on its own proce
 ok(le_poll($node, q{SELECT count(*) > 0 FROM public.ticks WHERE who = 'pp'}, 't', 20), 'and runs');
 $node->safe_psql('postgres', q{ALTER PROCEDURE public.pp() OWNER TO q});
 ok(le_poll($node, q{SELECT NOT enabled AND disabled_reason LIKE
-	'role "p" does not have the privileges of role "q", the owner of procedure %pp()%'
+	'procedure public.pp() is owned by role "q", which does not have the privileges of role "p"%'
 	FROM leader_election.tasks WHERE name = 'tp2'}, 't', 20),
 	'once another role owns the procedure, the task is disabled with the reason')
   or diag(task_row($node, 'tp2'));
+
+# A procedure owned by a group the task owner belongs to: the owner has the
+# group's privileges, but the group's other members could replace the body
+# and run their code as the task owner (review of issue 12).
+$node->safe_psql('postgres', q{CREATE ROLE pgrp NOLOGIN; GRANT pgrp TO p, q;});
+tick_proc($node, 'pgroup', 'pgrp');
+is(register($node, 'p', 'tpg', 'public.pgroup()', '1 hour'), '42501',
+	"a task on a procedure owned by a group whose other members lack the owner's privileges is refused");
 
 # ==== (5) called by OID: a later overload changes nothing ====
 tick_proc($node, 'pover', 'a');
