@@ -703,6 +703,7 @@ le_launcher_scan(MemoryContext cxt)
 			bool		gone;
 			bool		keep = false;
 			pid_t		pid;
+			pid_t		worker_pid;
 
 			SpinLockAcquire(&slot->mutex);
 			in_use = LE_SLOT_MINE(slot);
@@ -713,8 +714,25 @@ le_launcher_scan(MemoryContext cxt)
 				continue;		/* free, or another database's */
 			if (mine->handle == NULL)
 				gone = (pid == 0);	/* a previous launcher's worker */
+			else if (GetBackgroundWorkerPid(mine->handle, &worker_pid) != BGWH_STOPPED)
+				gone = false;
+			else if (pid == 0)
+				gone = true;
 			else
-				gone = (GetBackgroundWorkerPid(mine->handle, &pid) == BGWH_STOPPED);
+			{
+				/*
+				 * Our worker is gone without having the slot (its exit
+				 * would have cleared pid), yet the slot has a live worker:
+				 * one a previous launcher registered that started late.  A
+				 * slot is never freed while its worker lives: treat it as a
+				 * previous launcher's worker and tell it to stop.
+				 */
+				pfree(mine->handle);
+				mine->handle = NULL;
+				le_stop_slot(i);
+				kill(pid, SIGTERM);
+				continue;
+			}
 			if (gone)
 			{
 				le_worker_gone(i);

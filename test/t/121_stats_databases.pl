@@ -24,7 +24,7 @@ $node->safe_psql('tmpl', q{CREATE EXTENSION leader_election});
 sub count_grant
 {
 	my ($db) = @_;
-	$node->safe_psql($db, q{SELECT leader_election.try_acquire_leader('n', '1 minute', 'h')});
+	$node->safe_psql($db, q{SELECT try_acquire_leader('n', '1 minute', 'h')});
 	return;
 }
 
@@ -71,7 +71,7 @@ for my $i (1 .. 260)
 {
 	$script .= qq{CREATE DATABASE cycle TEMPLATE tmpl STRATEGY FILE_COPY;
 \\c cycle
-SELECT leader_election.try_acquire_leader('n', '1 minute', 'h');
+SELECT try_acquire_leader('n', '1 minute', 'h');
 \\c postgres
 DROP DATABASE cycle;
 };
