@@ -46,8 +46,9 @@
  * even with the same OID, starts from zero.  Should a slot still be held
  * by a database that no longer exists, a database that finds no free slot
  * takes it over (one catalog look-up per such slot, only then).  A claimed
- * slot starts zeroed.  Counters do not survive a restart.  Without shared_preload_libraries there is no shared memory:
- * nothing is counted, the view is empty and stats_reset() does nothing.
+ * slot starts zeroed.  Counters do not survive a restart.  Without
+ * shared_preload_libraries there is no shared memory: nothing is counted,
+ * the view is empty and stats_reset() does nothing.
  *
  *-------------------------------------------------------------------------
  */
