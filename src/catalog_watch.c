@@ -21,6 +21,8 @@
  * from the same template, the same relation OIDs: the cache, keyed by
  * (database, relation, name), would mistake the old database's entries for
  * the new one's.  CREATE DATABASE and DROP DATABASE empty the cache at once.
+ * For the same reason DROP DATABASE tells stats.c, which frees the dropped
+ * database's counters when (and only if) the drop commits.
  *
  * The hook is PostgreSQL's object access hook, installed with the cache
  * (shared_preload_libraries); it runs in the backend doing the DDL.  DDL on
@@ -107,6 +109,8 @@ le_catalog_watch(ObjectAccessType access, Oid classId, Oid objectId,
 				le_cache_forget_all();
 				le_cache_note_foreign_change();
 			}
+			if (access == OAT_DROP)
+				le_stats_forget_database(objectId);
 			break;
 		case TriggerRelationId:
 			if (le_catalog_watch_trigger_on_leases(objectId))

@@ -313,6 +313,7 @@ extern Size le_stats_shmem_size(void);
 extern void le_stats_shmem_init(void);
 extern void le_stats_register_callbacks(void);
 extern void le_stats_count(LeStat kind);
+extern void le_stats_forget_database(Oid dbid);
 
 /* notify_queue.c */
 extern int	le_notify_delivery;

@@ -37,11 +37,18 @@
  * paths (a spinlock only the first time a backend counts, to find its
  * database's slot).
  *
- * SHARED MEMORY.  LE_STATS_DATABASES slots, one per database that counted
- * something since the server started; a database beyond that many is not
- * counted (the view shows no row for it).  Counters do not survive a
- * restart.  Without shared_preload_libraries there is no shared memory:
- * nothing is counted, the view is empty and stats_reset() does nothing.
+ * SHARED MEMORY.  LE_STATS_DATABASES slots, one per existing database
+ * that counted something since the server started; a database beyond that
+ * many is not counted (the view shows no row for it).  A database's slot is
+ * freed when its DROP DATABASE commits (catalog_watch.c tells
+ * le_stats_forget_database, in the dropping backend; a DROP that fails
+ * keeps it), so a dropped database leaves the view and one created again,
+ * even with the same OID, starts from zero.  Should a slot still be held
+ * by a database that no longer exists, a database that finds no free slot
+ * takes it over (one catalog look-up per such slot, only then).  A claimed
+ * slot starts zeroed.  Counters do not survive a restart.  Without
+ * shared_preload_libraries there is no shared memory: nothing is counted,
+ * the view is empty and stats_reset() does nothing.
  *
  *-------------------------------------------------------------------------
  */
@@ -57,6 +64,7 @@
 #include "storage/spin.h"
 #include "utils/builtins.h"
 #include "utils/memutils.h"
+#include "utils/syscache.h"
 #include "utils/timestamp.h"
 
 #include "leader_election.h"
@@ -84,6 +92,9 @@ static LeStatsShared *le_stats = NULL;
 /* This backend's database's slot; NULL until first needed or if full. */
 static LeStatsDb *le_stats_mine = NULL;
 static bool le_stats_no_slot = false;
+
+/* The database this backend's transaction drops, if any; freed at commit. */
+static Oid	le_stats_dropping = InvalidOid;
 
 /*
  * Outcomes counted in this transaction and not rolled back, one frame per
@@ -131,7 +142,21 @@ le_stats_shmem_init(void)
 	LWLockRelease(AddinShmemInitLock);
 }
 
-/* The slot of this backend's database, claimed on first use; or NULL. */
+/* Give slot to dbid, zeroed; the caller holds le_stats->mutex. */
+static void
+le_stats_claim(LeStatsDb *slot, Oid dbid)
+{
+	for (int c = 0; c < LE_STAT_COUNT; c++)
+		pg_atomic_write_u64(&slot->counters[c], 0);
+	pg_atomic_write_u64(&slot->reset_at, (uint64) GetCurrentTimestamp());
+	slot->dbid = dbid;
+}
+
+/*
+ * The slot of this backend's database, claimed on first use; or NULL.
+ * Only if every slot is taken, and only inside a transaction, does it look
+ * in the catalog for a slot whose database no longer exists.
+ */
 static LeStatsDb *
 le_stats_slot(void)
 {
@@ -146,13 +171,59 @@ le_stats_slot(void)
 		if (le_stats->dbs[d].dbid == InvalidOid)
 		{
 			le_stats_mine = &le_stats->dbs[d];
-			le_stats_mine->dbid = MyDatabaseId;
-			pg_atomic_write_u64(&le_stats_mine->reset_at,
-								(uint64) GetCurrentTimestamp());
+			le_stats_claim(le_stats_mine, MyDatabaseId);
 		}
 	SpinLockRelease(&le_stats->mutex);
+	if (le_stats_mine != NULL || !IsTransactionState() || CritSectionCount > 0)
+		return le_stats_mine;	/* full, and no catalog access: try later */
+
+	for (int d = 0; d < LE_STATS_DATABASES && le_stats_mine == NULL; d++)
+	{
+		LeStatsDb  *slot = &le_stats->dbs[d];
+		Oid			dbid;
+
+		SpinLockAcquire(&le_stats->mutex);
+		dbid = slot->dbid;
+		SpinLockRelease(&le_stats->mutex);
+		if (!OidIsValid(dbid) ||
+			SearchSysCacheExists1(DATABASEOID, ObjectIdGetDatum(dbid)))
+			continue;
+		SpinLockAcquire(&le_stats->mutex);
+		if (slot->dbid == dbid || slot->dbid == InvalidOid)
+		{
+			le_stats_mine = slot;
+			le_stats_claim(slot, MyDatabaseId);
+		}
+		SpinLockRelease(&le_stats->mutex);
+	}
 	le_stats_no_slot = (le_stats_mine == NULL);
 	return le_stats_mine;
+}
+
+/*
+ * catalog_watch.c: this transaction drops database dbid.  Its slot is
+ * freed if, and when, the transaction commits.
+ */
+void
+le_stats_forget_database(Oid dbid)
+{
+	le_stats_dropping = dbid;
+}
+
+/* The dropped database's slot, if it has one, is free again. */
+static void
+le_stats_free_dropped(void)
+{
+	Oid			dbid = le_stats_dropping;
+
+	le_stats_dropping = InvalidOid;
+	if (le_stats == NULL || !OidIsValid(dbid))
+		return;
+	SpinLockAcquire(&le_stats->mutex);
+	for (int d = 0; d < LE_STATS_DATABASES; d++)
+		if (le_stats->dbs[d].dbid == dbid)
+			le_stats->dbs[d].dbid = InvalidOid;
+	SpinLockRelease(&le_stats->mutex);
 }
 
 /* Count one of kind in the current transaction (see the top of the file). */
@@ -172,6 +243,7 @@ le_stats_count(LeStat kind)
 			pg_atomic_fetch_add_u64(&slot->counters[kind], 1);
 		return;
 	}
+	(void) le_stats_slot();		/* found now, inside the transaction */
 	level = GetCurrentTransactionNestLevel();
 	top = le_stats_frames != NIL ? linitial(le_stats_frames) : NULL;
 	if (top == NULL || top->level != level)
@@ -215,13 +287,18 @@ le_stats_xact_callback(XactEvent event, void *arg)
 	switch (event)
 	{
 		case XACT_EVENT_COMMIT:
+			le_stats_xact_end(true);
+			le_stats_free_dropped();
+			break;
 		case XACT_EVENT_PARALLEL_COMMIT:
 		case XACT_EVENT_PREPARE:
 			le_stats_xact_end(true);
+			le_stats_dropping = InvalidOid;
 			break;
 		case XACT_EVENT_ABORT:
 		case XACT_EVENT_PARALLEL_ABORT:
 			le_stats_xact_end(false);
+			le_stats_dropping = InvalidOid;
 			break;
 		default:
 			break;

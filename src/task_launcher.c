@@ -363,26 +363,69 @@ le_info_state(LeTaskInfo *info, const char *state, const char *detail)
 				 detail ? errdetail_internal("%s", detail) : 0));
 }
 
+/* Make slot free; the caller holds its mutex and knows its worker is gone. */
+static void
+le_clear_slot(LeTaskSlot *slot)
+{
+	slot->in_use = false;
+	slot->task_id = 0;
+	slot->owner = InvalidOid;
+	slot->database = InvalidOid;
+	slot->name[0] = '\0';
+	slot->stopping = false;
+	slot->pid = 0;
+	slot->running = false;
+	slot->cancel_requested = false;
+}
+
 static void
 le_free_slot(int i)
 {
 	LeTaskSlot *slot = &le_tasks->slots[i];
 
 	SpinLockAcquire(&slot->mutex);
-	slot->in_use = false;
-	slot->task_id = 0;
-	slot->owner = InvalidOid;
-	slot->name[0] = '\0';
-	slot->stopping = false;
-	slot->pid = 0;
-	slot->running = false;
-	slot->cancel_requested = false;
+	le_clear_slot(slot);
 	SpinLockRelease(&slot->mutex);
 	if (le_launcher_slots[i].handle)
 		pfree(le_launcher_slots[i].handle);
 	if (le_launcher_slots[i].name)
 		pfree(le_launcher_slots[i].name);
 	memset(&le_launcher_slots[i], 0, sizeof(LeLauncherSlot));
+}
+
+/*
+ * The slots of this launcher's predecessors (the launchers of the same
+ * position in leader_election.database, which all exited before this one
+ * started): those whose worker is gone are free; those whose worker is
+ * still exiting are marked stopping, keep their name taken and are freed
+ * by a later call or by le_launcher_scan once the worker is gone.  A slot
+ * whose worker lives (pid set) is never freed here.
+ *
+ * Only a launcher of the same position frees these slots, and the
+ * postmaster starts one again and again even while it cannot connect, so
+ * this runs before connecting and every second while waiting to connect:
+ * the slots of a database that was dropped (DROP DATABASE ... WITH
+ * (FORCE) ends the launcher and the workers connected to it), or that
+ * no longer accepts connections, come back as soon as their workers are
+ * gone, for the other databases' tasks and the role quotas.
+ */
+static void
+le_free_predecessor_slots(void)
+{
+	for (int i = 0; i < le_tasks->nslots; i++)
+	{
+		LeTaskSlot *slot = &le_tasks->slots[i];
+
+		SpinLockAcquire(&slot->mutex);
+		if (slot->in_use && slot->launcher == le_me)
+		{
+			if (slot->pid == 0)
+				le_clear_slot(slot);
+			else
+				slot->stopping = true;
+		}
+		SpinLockRelease(&slot->mutex);
+	}
 }
 
 /* Tell slot i's worker to stop; from now on its lease is not renewed. */
@@ -661,6 +704,7 @@ le_launcher_scan(MemoryContext cxt)
 			bool		gone;
 			bool		keep = false;
 			pid_t		pid;
+			pid_t		worker_pid;
 
 			SpinLockAcquire(&slot->mutex);
 			in_use = LE_SLOT_MINE(slot);
@@ -671,8 +715,25 @@ le_launcher_scan(MemoryContext cxt)
 				continue;		/* free, or another database's */
 			if (mine->handle == NULL)
 				gone = (pid == 0);	/* a previous launcher's worker */
+			else if (GetBackgroundWorkerPid(mine->handle, &worker_pid) != BGWH_STOPPED)
+				gone = false;
+			else if (pid == 0)
+				gone = true;
 			else
-				gone = (GetBackgroundWorkerPid(mine->handle, &pid) == BGWH_STOPPED);
+			{
+				/*
+				 * Our worker is gone without having the slot (its exit
+				 * would have cleared pid), yet the slot has a live worker:
+				 * one a previous launcher registered that started late.  A
+				 * slot is never freed while its worker lives: treat it as a
+				 * previous launcher's worker and tell it to stop.
+				 */
+				pfree(mine->handle);
+				mine->handle = NULL;
+				le_stop_slot(i);
+				kill(pid, SIGTERM);
+				continue;
+			}
 			if (gone)
 			{
 				le_worker_gone(i);
@@ -1035,8 +1096,9 @@ le_launcher_connect_backoff(void)
 		if (ms <= 0)
 			break;
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						 ms, PG_WAIT_EXTENSION);
+						 Min(ms, LE_LAUNCHER_SCAN_MS), PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);
+		le_free_predecessor_slots();
 	}
 	if (ShutdownRequestPending)
 		proc_exit(1);
@@ -1056,6 +1118,7 @@ le_launcher_main(Datum main_arg)
 	le_me = DatumGetInt32(main_arg);
 	le_my_database = MemoryContextStrdup(TopMemoryContext,
 										 list_nth(le_task_database_list(), le_me));
+	le_free_predecessor_slots();
 	le_launcher_connect_backoff();
 	BackgroundWorkerInitializeConnection(le_my_database, NULL, 0);
 	SpinLockAcquire(&le_tasks->mutex);
@@ -1079,18 +1142,7 @@ le_launcher_main(Datum main_arg)
 	 * still exiting keeps its slot, and its name, until it is gone
 	 * (le_launcher_scan), and is not renewed.
 	 */
-	for (int i = 0; i < le_tasks->nslots; i++)
-	{
-		LeTaskSlot *slot = &le_tasks->slots[i];
-
-		SpinLockAcquire(&slot->mutex);
-		if (slot->in_use && slot->launcher == le_me)
-		{
-			slot->in_use = (slot->pid != 0);
-			slot->stopping = slot->in_use;
-		}
-		SpinLockRelease(&slot->mutex);
-	}
+	le_free_predecessor_slots();
 	le_compute_identity(identity);
 	SpinLockAcquire(&le_tasks->mutex);
 	le_tasks->launchers[le_me].proc = MyProc;

@@ -116,9 +116,14 @@
  * Databases.  leader_election.database lists the databases whose tasks
  * run, one launcher each (at most LE_TASK_MAX_DATABASES).  The launchers
  * share the max_task_workers slots: a slot belongs to the launcher that
- * claimed it (slot->launcher, slot->database) until that launcher frees it,
- * and a launcher looks only at its own slots, so the launchers of two
- * databases never stop, renew or free each other's workers.  Free slots go
+ * claimed it (slot->launcher, slot->database) until that launcher, or a
+ * later launcher of the same database, frees it, and a launcher looks only
+ * at its own slots, so the launchers of two databases never stop, renew or
+ * free each other's workers.  A database's launcher is started again and
+ * again even when it cannot connect (the database dropped WITH (FORCE),
+ * say); before each attempt, and every second while it waits, it frees
+ * its predecessors' slots whose worker is gone, so no slot stays taken by
+ * a database whose tasks cannot run (le_free_predecessor_slots).  Free slots go
  * to whichever launcher claims them first.  One run per name holds within a
  * database (names of two databases are different leases).  A launcher that
  * cannot connect to its database (missing, dropped, not accepting

@@ -245,12 +245,13 @@ le_leave_slot(int code, Datum arg)
 }
 
 /*
- * Claim the slot the launcher assigned to this task.  Exits quietly if the
+ * Claim the slot the launcher assigned to this task (of this database:
+ * task ids of two databases may be equal).  Exits quietly if the
  * launcher gave it away meanwhile, if another worker has it, or if a live
  * worker of another slot has the same name (one run per name).
  */
 static LeTaskSlot *
-le_claim_slot(int slotno, int64 task_id)
+le_claim_slot(int slotno, Oid database, int64 task_id)
 {
 	LeTaskSlot *slot;
 	char		name[LE_MAX_NAME_BYTES + 1];
@@ -259,7 +260,8 @@ le_claim_slot(int slotno, int64 task_id)
 		elog(ERROR, "leader_election task worker started without a valid slot");
 	slot = &le_tasks->slots[slotno];
 	SpinLockAcquire(&slot->mutex);
-	if (!slot->in_use || slot->task_id != task_id || slot->pid != 0)
+	if (!slot->in_use || slot->database != database || slot->task_id != task_id ||
+		slot->pid != 0)
 	{
 		SpinLockRelease(&slot->mutex);
 		proc_exit(0);
@@ -733,7 +735,7 @@ le_task_worker_main(Datum main_arg)
 	emit_log_hook = le_note_error;
 	BackgroundWorkerUnblockSignals();
 
-	slot = le_claim_slot(DatumGetInt32(main_arg), args.task_id);
+	slot = le_claim_slot(DatumGetInt32(main_arg), args.database, args.task_id);
 	le_slot = slot;
 	BackgroundWorkerInitializeConnectionByOid(args.database, args.owner, 0);
 

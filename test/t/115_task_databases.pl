@@ -9,7 +9,9 @@
 # extension are said once in the log and do not stop the others; the
 # workers share leader_election.max_task_workers; a launcher or a worker
 # ended with pg_terminate_backend comes back; a listed database dropped
-# WITH (FORCE) leaves the other databases' tasks running; a bad list is
+# WITH (FORCE) leaves the other databases' tasks running and gives its
+# task worker slots back (the launcher of the dropped database frees them
+# while it waits to connect again); a bad list is
 # refused with a clear warning.
 use strict;
 use warnings;
@@ -138,6 +140,16 @@ ok(le_wait_until(sub {
 my $w1c = ticking_worker('db1', 'shared');
 ok($w1c, "db1's task still runs (worker $w1c)");
 ok(ticking_worker('noext', 'third'), "noext's task still runs");
+
+# The dropped database's slot comes back: db2's launcher can never connect
+# again, yet the slot its worker held is freed once that worker is gone, so
+# a new task of db1 gets the third of the three slots.
+$node->safe_psql('db1', q{SET ROLE app;
+	SELECT leader_election.register_task('after_drop', 'public.tick(bigint)', '1 second', '10 seconds')});
+ok(ticking_worker('db1', 'after_drop'),
+	"the dropped database's task worker slot is reused by db1's new task");
+is($node->safe_psql('db1', q{SELECT runner_state FROM leader_election.tasks WHERE name = 'after_drop'}),
+	'worker started', 'it has a worker');
 
 # Bad lists: as with any extension setting, the server warns and uses the
 # default ('postgres').
