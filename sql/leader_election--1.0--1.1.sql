@@ -635,7 +635,7 @@ CREATE FUNCTION leader_election.stats_read(
     AS 'MODULE_PATHNAME', 'le_stats_read'
     LANGUAGE C VOLATILE PARALLEL UNSAFE;
 COMMENT ON FUNCTION leader_election.stats_read() IS
-    'The counters of every database that counted something since the server started (the view leader_election.stats)';
+    'The counters of every existing database that counted something since the server started or the database was created (the view leader_election.stats)';
 REVOKE ALL ON FUNCTION leader_election.stats_read() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION leader_election.stats_read() TO pg_monitor;
 
