@@ -130,7 +130,7 @@ is($node->safe_psql('postgres', q{SET ROLE app;
 	't', 'alter_task returns true');
 is($node->safe_psql('postgres', q{SELECT procedure::text || ' ' || run_every || ' ' || ttl
 	FROM leader_election.tasks WHERE name = 'job3'}),
-	'quick2(bigint) 00:00:02 00:00:07', 'the task row is changed');
+	'public.quick2(bigint) 00:00:02 00:00:07', 'the task row is changed');
 ok(le_poll($node, q{SELECT count(*) >= 2 FROM public.ticks WHERE proc = 'quick2'}),
 	'the new procedure runs');
 ok(le_poll($node, q{SELECT expires_at - renewed_at = interval '7 seconds'
