@@ -46,6 +46,8 @@
  * during a split brain some reach the old primary and some the new one.  A
  * COMMIT after which the server warned that it stopped waiting for
  * synchronous replication committed locally only: it is logged as info.
+ * --stop-file ends the run early (before --seconds) once that file exists,
+ * for a test whose faults take as long as they take.
  *
  * After the clients end, the driver dumps the server side of the history
  * (leader_election.history, stress.audit, stress.effects) as TSV files into
@@ -83,6 +85,7 @@ static struct
 	const char *client_conninfo[8];	/* --client-conninfo: client i uses [i % n] */
 	int			n_client_conninfo;
 	double		reconnect_prob; /* drop the session before an operation */
+	const char *stop_file;		/* --stop-file: clients end once it exists */
 	const char *out;
 	const char *prefix;
 	int			clients;
@@ -664,7 +667,8 @@ run_client(int id, int64_t deadline, int logfd)
 	if (!opt.session_identity)
 		snprintf(c.holder, sizeof(c.holder), "c%d", id);
 
-	while (mono_ns() < deadline)
+	while (mono_ns() < deadline &&
+		   (opt.stop_file == NULL || access(opt.stop_file, F_OK) != 0))
 	{
 		/* --reconnect-prob: a new session may reach another primary. */
 		if (c.conn != NULL && opt.reconnect_prob > 0 &&
@@ -875,7 +879,8 @@ usage(void)
 			"  --stall-prob P (0)  --stall-ms N (0)  --timeout-window-ms N (2000)\n"
 			"  --waiters N (0: clients that wait_for_leadership instead of trying)\n"
 			"  --prefix STR (stress_)  --unfenced  --session-identity\n"
-			"  --client-conninfo STR (repeatable)  --reconnect-prob P (0)\n");
+			"  --client-conninfo STR (repeatable)  --reconnect-prob P (0)\n"
+			"  --stop-file PATH (clients end early once it exists)\n");
 	exit(2);
 }
 
@@ -901,6 +906,7 @@ main(int argc, char **argv)
 		{"session-identity", no_argument, NULL, 'i'},
 		{"client-conninfo", required_argument, NULL, 'C'},
 		{"reconnect-prob", required_argument, NULL, 'X'},
+		{"stop-file", required_argument, NULL, 'F'},
 		{NULL, 0, NULL, 0}
 	};
 	pid_t		pids[MAX_CLIENTS];
@@ -940,6 +946,7 @@ main(int argc, char **argv)
 				opt.client_conninfo[opt.n_client_conninfo++] = optarg;
 				break;
 			case 'X': opt.reconnect_prob = atof(optarg); break;
+			case 'F': opt.stop_file = optarg; break;
 			default: usage();
 		}
 	}
