@@ -7,6 +7,9 @@
 # preloads leader_election (through Patroni's postgresql.parameters), all run
 # by this process (the test runs as the unprivileged test user) and recorded
 # by pid: the agent's own pid, not a wrapper's, so SIGSTOP reaches it.
+# Their stdin is /dev/null: Patroni's crash recovery of a former primary
+# runs `postgres --single`, which inherits it and would otherwise wait at
+# its prompt forever, holding the shared memory the restart needs.
 #
 # Faults (each returns a record for the nemesis log: kind, start and heal
 # times on CLOCK_MONOTONIC, the primary before and after):
@@ -114,7 +117,7 @@ sub start_etcd
 			'--initial-advertise-peer-urls', "http://127.0.0.1:$p",
 			'--initial-cluster', "e1=http://127.0.0.1:$p"
 		],
-		'<', \undef, '>>', "$self->{dir}/etcd/etcd.log", '2>>', "$self->{dir}/etcd/etcd.log");
+		'<', '/dev/null', '>>', "$self->{dir}/etcd/etcd.log", '2>>', "$self->{dir}/etcd/etcd.log");
 	_until(sub {
 			my $r = $self->{http}->get("http://127.0.0.1:$c/health");
 			$r->{success} && $r->{content} =~ /"health":\s*"true"/;
@@ -207,7 +210,7 @@ sub start_agent
 	my ($self, $nd) = @_;
 	my $cfg = $self->_write_config($nd);
 	$nd->{agent} = IPC::Run::start([ 'patroni', $cfg ],
-		'<', \undef, '>>', "$nd->{dir}/patroni.log", '2>>', "$nd->{dir}/patroni.log");
+		'<', '/dev/null', '>>', "$nd->{dir}/patroni.log", '2>>', "$nd->{dir}/patroni.log");
 	$nd->{agent_pid} = $nd->{agent}{KIDS}[0]{PID};
 	return;
 }
