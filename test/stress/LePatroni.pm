@@ -25,8 +25,8 @@
 #               then SIGCONT, and the agent demotes and rewinds it
 #   etcd        etcd stopped (SIGTERM) and started again
 # A fault has healed when exactly one node is a writable primary, every
-# member runs (and, in synchronous mode, one is the synchronous standby),
-# and the multi-host connection string reaches the primary.
+# other node streams from it (in synchronous mode, one synchronously), and
+# the multi-host connection string reaches the primary.
 #
 # Every wait has a deadline; timings are generous for a busy 2-core machine.
 package LePatroni;
@@ -296,6 +296,14 @@ sub healthy
 	my $leader = $self->leader or return 0;
 	my @rw = grep { ($self->sql($_, 'SELECT pg_is_in_recovery()', 10) // '') eq 'f' } $self->nodes;
 	return 0 unless @rw == 1 && $rw[0] == $leader;
+	# Patroni 3.0 calls a replica "running" before it streams: ask the
+	# primary.  Every other node streams from it (one synchronously, in
+	# synchronous mode).
+	my $streaming = $self->sql($leader,
+		q{SELECT count(*) || ' ' || count(*) FILTER (WHERE sync_state = 'sync')
+		    FROM pg_stat_replication WHERE state = 'streaming'}, 10) // '';
+	my ($n, $nsync) = split / /, $streaming;
+	return 0 unless defined $nsync && $n == $self->nodes - 1 && (!$sync || $nsync >= 1);
 	return 0 unless defined $self->sql($self->connstr, 'SELECT 1', 20);
 	return 1;
 }

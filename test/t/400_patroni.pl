@@ -85,7 +85,13 @@ chomp $bin;
 
 my $dir = PostgreSQL::Test::Utils::tempdir('patroni');
 my $c = LePatroni->new(dir => $dir, bin => $bin, log => sub { diag(@_) });
+# Drivers still running (a run that died): killed before the cluster stops.
+my %running;
 my $cleanup = sub {
+	for my $h (values %running)
+	{
+		eval { $h->kill_kill; 1 };
+	}
 	eval { $c->stop; 1 } or diag("stopping the cluster: $@");
 };
 END
@@ -207,8 +213,26 @@ sub run_mode
 			@{ $o{args} || [] });
 		$d->{err} = '';
 		$d->{h} = IPC::Run::start(\@cmd, '<', \undef, '>', \my $out, '2>', \$d->{err});
+		$running{"$o{label} $kind"} = $d->{h};
 		push @drivers, $d;
 	}
+	my $r = eval { drive_mode(\%o, \@drivers, $stop, $t0) };
+	my $why = $@;
+	for my $d (@drivers)
+	{
+		eval { $d->{h}->kill_kill; 1 } if !$r;
+		delete $running{"$o{label} $d->{kind}"};
+	}
+	die $why unless $r;
+	return $r;
+}
+
+# The faults of one run_mode, then its checks.
+sub drive_mode
+{
+	my ($o, $drivers, $stop, $t0) = @_;
+	my %o = %$o;
+	my @drivers = @$drivers;
 	le_wait_until(sub { !grep { newest_ack($_) == 0 } @drivers }, 120)
 	  or die "$o{label}: the drivers never got a lease: " . join(' ', map { $_->{err} } @drivers);
 
