@@ -380,7 +380,7 @@ for my $mode (
 		task_follows_primary($l, $r);
 		summary($l, $r, $v,
 			sprintf(' (server side; lost to asynchronous replication: %d client-visible violations,'
-				  . ' acknowledged leases overlapping up to %.1f s, %d task runs on two nodes at once)',
+				  . ' acknowledged leases overlapping up to %.3f s, %d task runs on two nodes at once)',
 				$lost, $maxov, scalar @{ $r->{task_overlaps} }));
 	}
 }
