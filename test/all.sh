@@ -38,7 +38,9 @@ if [ "${LE_ALL_MAJOR_RUN:-0}" != 1 ]; then
     # pg_cron is packaged for Debian 12's PostgreSQL 15 only; its test
     # skips (with the reason) on the majors built from source.
     total_passed=0 total_failed=0 summaries=()
+    # patroni, etcd-server, etcd-client, python3-etcd: test/t/400_patroni.pl.
     le_install_packages pgbouncer "postgresql-$LE_PG_MAJOR-cron" faketime python3 python3-psycopg2 \
+        patroni etcd-server etcd-client python3-etcd \
         $(command -v node >/dev/null || echo nodejs npm)
 
     # The old side of test/t/060_pg_upgrade.pl: PostgreSQL 15 with the

@@ -293,6 +293,19 @@ sub drive_mode
 			diag("failover time: $line");
 			push @{ $times{"$o{label} $d->{kind} $f->{kind}"} }, $g;
 		}
+		# Which fault each client-visible violation (a lost acknowledgement)
+		# belongs to: the last fault that started before its operation ended.
+		my %op_by = map { ("$_->{client} $_->{seq}" => $_) } @{ $data->{ops} };
+		my %lost_by;
+		for my $v (@{ $full->{violations} })
+		{
+			next unless $v->[1] =~ /client (\d+) seq (\d+)/;
+			my $op = $op_by{"$1 $2"} or next;
+			my ($f) = grep { $_->{start} <= $op->{complete} } reverse @faults;
+			$lost_by{ $f ? $f->{kind} : 'before any fault' }++;
+		}
+		diag("$o{label} $d->{kind}: client-visible violations by fault: "
+			  . (join(', ', map { "$_ $lost_by{$_}" } sort keys %lost_by) || 'none'));
 		$r{ $d->{kind} } = { full => $full, server => $server, overlaps => $ov, data => $data };
 	}
 	my $runs = task_runs($t0 - 1, $t1);
