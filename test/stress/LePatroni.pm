@@ -308,10 +308,45 @@ sub healthy
 	return 1;
 }
 
+# Replicas that do not stream from the leader (by Patroni member name).
+sub not_streaming
+{
+	my ($self) = @_;
+	my $leader = $self->leader or return ();
+	my $names = $self->sql($leader,
+		q{SELECT string_agg(application_name, ',') FROM pg_stat_replication WHERE state = 'streaming'}, 10);
+	return () unless defined $names;
+	my %s = map { $_ => 1 } split /,/, $names;
+	return grep { $_ ne $leader->{name} && !$s{$_} } map { $_->{name} } $self->nodes;
+}
+
+# Wait until healthy.  A replica that still does not stream after 60 s is
+# re-initialised (patronictl reinit: a new base backup), as an operator
+# would: Patroni 3.0 leaves a replica that followed a timeline the cluster
+# then abandoned (an old primary that won its leader key back after a
+# split brain) waiting forever.  Such reinits are counted in {reinits}.
 sub wait_healthy
 {
 	my ($self, $sync, $seconds) = @_;
-	return _until(sub { $self->healthy($sync) }, $seconds // 240);
+	my $t0 = time();
+	my %done;
+	return _until(
+		sub {
+			return 1 if $self->healthy($sync);
+			if (time() - $t0 > 60)
+			{
+				for my $name ($self->not_streaming)
+				{
+					next if $done{$name}++;
+					$self->{log}->("replica $name does not stream after 60 s: patronictl reinit $name");
+					$self->{reinits}++;
+					eval { $self->patronictl('reinit', $self->{scope}, $name, '--force'); 1 }
+					  or $self->{log}->("reinit $name: $@");
+				}
+			}
+			return 0;
+		},
+		$seconds // 300);
 }
 
 # Start etcd and the agents (the first bootstraps); wait for all to run.

@@ -340,6 +340,7 @@ sub summary
 	my $effects = sum(map { $r->{$_}{full}{figures}{effects} // 0 } qw(named session));
 	my $line = "$label: $failovers failovers, $grants grants, $effects fenced effects, $violations violations"
 	  . ($extra // '');
+	diag("$label: replicas re-initialised by the harness so far: " . ($c->{reinits} // 0));
 	diag($line);
 	push @summary, $line;
 	return;
