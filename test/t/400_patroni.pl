@@ -215,6 +215,10 @@ sub run_mode
 		$d->{h} = IPC::Run::start(\@cmd, '<', \undef, '>', \my $out, '2>', \$d->{err});
 		$running{"$o{label} $kind"} = $d->{h};
 		push @drivers, $d;
+		# One driver's setup (CREATE SCHEMA IF NOT EXISTS ...) at a time:
+		# concurrent ones can collide on the catalog's unique index.
+		le_wait_until(sub { -e "$d->{dir}/pids" || !$d->{h}->pumpable }, 120)
+		  or die "$o{label} $kind: le_stress did not start";
 	}
 	my $r = eval { drive_mode(\%o, \@drivers, $stop, $t0) };
 	my $why = $@;
