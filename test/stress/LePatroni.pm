@@ -292,7 +292,8 @@ sub healthy
 	{
 		return 0 unless ($m->{$name}{state} // '') =~ /^(running|streaming)$/;
 	}
-	return 0 if $sync && !grep { ($m->{$_}{role} // '') eq 'sync_standby' } keys %$m;
+	# (Synchronous standbys: from pg_stat_replication below, not from the
+	# agents' view, which lags when an old primary wins its key back.)
 	my $leader = $self->leader or return 0;
 	my @rw = grep { ($self->sql($_, 'SELECT pg_is_in_recovery()', 10) // '') eq 'f' } $self->nodes;
 	return 0 unless @rw == 1 && $rw[0] == $leader;
