@@ -68,7 +68,9 @@ sub new
 		dir   => $o{dir},
 		bin   => $o{bin},
 		log   => $o{log} || sub { },
-		scope => $o{scope} // 'le_ha',
+		# A scope of its own: an etcd left over from another run cannot
+		# pass for this cluster's.
+		scope => $o{scope} // "le_ha_$$",
 		etcd_port => $etcd[0],
 		etcd_peer => $etcd[1],
 		nodes => [
@@ -130,7 +132,7 @@ sub stop_etcd
 	my ($self) = @_;
 	return unless $self->{etcd};
 	$self->{etcd}->signal('TERM');
-	eval { $self->{etcd}->finish; 1 } or eval { $self->{etcd}->kill_kill; 1 };
+	_finish($self->{etcd}, 30);
 	delete $self->{etcd};
 	return;
 }
@@ -221,7 +223,7 @@ sub kill_agent
 	return unless $nd->{agent};
 	kill 'CONT', $nd->{agent_pid};
 	kill $sig // 'KILL', $nd->{agent_pid};
-	eval { $nd->{agent}->finish; 1 } or eval { $nd->{agent}->kill_kill; 1 };
+	_finish($nd->{agent}, 30);
 	delete $nd->{agent};
 	return;
 }
@@ -376,8 +378,9 @@ sub stop
 	for my $nd ($self->nodes)
 	{
 		next unless $nd->{agent};
-		my $ok = eval { $nd->{agent}->finish; 1 };
-		eval { $nd->{agent}->kill_kill; 1 } unless $ok;
+		# An agent may hang in its own shutdown (a primary in strict
+		# synchronous mode without standbys): 60 s, then SIGKILL.
+		_finish($nd->{agent}, 60);
 		delete $nd->{agent};
 	}
 	# Whatever an agent left behind.
@@ -492,6 +495,22 @@ sub nemesis_line
 {
 	my ($f) = @_;
 	return "$f->{kind} $f->{start} $f->{heal} primary $f->{old} -> $f->{new}\n";
+}
+
+# Reap a process started with IPC::Run, SIGKILLing it after $seconds.
+sub _finish
+{
+	my ($h, $seconds) = @_;
+	my $ok = eval {
+		local $SIG{ALRM} = sub { die "timeout\n" };
+		alarm $seconds;
+		$h->finish;
+		alarm 0;
+		1;
+	};
+	alarm 0;
+	eval { $h->kill_kill; 1 } unless $ok;
+	return;
 }
 
 sub _until
