@@ -427,11 +427,16 @@ sub fault
 	my %f = (kind => $kind, old => $old->{name}, start => mono_ns(), start_epoch => time());
 	if ($kind eq 'switchover')
 	{
-		my $m = $self->members;
-		my ($cand) = sort grep {
-			$_ ne $old->{name}
-			  && (!$sync || ($m->{$_}{role} // '') eq 'sync_standby')
-		} keys %$m;
+		# In synchronous mode only the synchronous standby may take over:
+		# asked of the primary (the agents' view of it may lag).
+		my $cand;
+		_until(sub {
+				($cand) = $sync
+				  ? grep { $_ } split /,/, ($self->sql($old,
+					q{SELECT string_agg(application_name, ',') FROM pg_stat_replication WHERE sync_state = 'sync'}, 10) // '')
+				  : sort grep { $_ ne $old->{name} } map { $_->{name} } $self->nodes;
+				defined $cand;
+			}, 60) or die 'no synchronous standby to switch over to';
 		$f{start} = mono_ns();
 		$self->patronictl('switchover', '--leader', $old->{name}, '--candidate', $cand, '--force');
 	}
