@@ -429,16 +429,24 @@ sub fault
 	{
 		# In synchronous mode only the synchronous standby may take over:
 		# asked of the primary (the agents' view of it may lag).
-		my $cand;
-		_until(sub {
-				($cand) = $sync
-				  ? grep { $_ } split /,/, ($self->sql($old,
-					q{SELECT string_agg(application_name, ',') FROM pg_stat_replication WHERE sync_state = 'sync'}, 10) // '')
-				  : sort grep { $_ ne $old->{name} } map { $_->{name} } $self->nodes;
-				defined $cand;
-			}, 60) or die 'no synchronous standby to switch over to';
+		# Patroni refuses a candidate its DCS does not list as synchronous
+		# yet (patronictl still exits 0): try again until the primary moved.
 		$f{start} = mono_ns();
-		$self->patronictl('switchover', '--leader', $old->{name}, '--candidate', $cand, '--force');
+		for my $try (1 .. 5)
+		{
+			my $cand;
+			_until(sub {
+					($cand) = $sync
+					  ? grep { $_ } split /,/, ($self->sql($old,
+						q{SELECT string_agg(application_name, ',') FROM pg_stat_replication WHERE sync_state = 'sync'}, 10) // '')
+					  : sort grep { $_ ne $old->{name} } map { $_->{name} } $self->nodes;
+					defined $cand;
+				}, 60) or die 'no synchronous standby to switch over to';
+			eval { $self->patronictl('switchover', '--leader', $old->{name}, '--candidate', $cand, '--force'); 1 }
+			  or $self->{log}->("switchover to $cand: $@");
+			last if _until(sub { my $l = $self->leader; $l && $l != $old }, 30);
+			$self->{log}->("switchover to $cand did not happen, again");
+		}
 	}
 	elsif ($kind eq 'kill9')
 	{
