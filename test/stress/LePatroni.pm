@@ -414,6 +414,12 @@ sub set_sync
 	$self->patronictl('edit-config', '--force', '-q', '-s', "synchronous_mode=$v",
 		'-s', "synchronous_mode_strict=$v");
 	$self->wait_healthy($on) or die "the cluster did not settle with synchronous_mode=$v";
+	# Patroni promotes (and switches over to) only the standby its DCS
+	# lists as synchronous: wait until it does, not only PostgreSQL.
+	_until(sub {
+			my $m = $self->members;
+			!$on || grep { ($m->{$_}{role} // '') eq 'sync_standby' } keys %$m;
+		}, 120) or die 'Patroni never listed a synchronous standby';
 	return;
 }
 
