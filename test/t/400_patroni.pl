@@ -94,6 +94,8 @@ my $cleanup = sub {
 	}
 	eval { $c->stop; 1 } or diag("stopping the cluster: $@");
 };
+# A test killed with SIGTERM or SIGINT still stops what it started.
+$SIG{TERM} = $SIG{INT} = sub { exit 1 };
 END
 {
 	local $?;
