@@ -466,9 +466,11 @@ sub fault
 		$f{start} = mono_ns();
 		$self->kill_agent($old, 'KILL');
 		kill 'KILL', $pid;
-		_until(sub { my $l = $self->leader; $l && $l != $old }, 240)
-		  or die 'no failover after the primary was lost';
-		$f{promoted} = mono_ns();
+		# (Strict mode: Patroni promotes nobody unless its DCS names a
+		# synchronous standby; then the node's return ends the outage.)
+		my $ok = _until(sub { my $l = $self->leader; $l && $l != $old }, 90);
+		$f{promoted} = mono_ns() if $ok;
+		$self->{log}->("nodeloss: Patroni promoted no standby within 90 s") unless $ok;
 		$self->start_agent($old);
 	}
 	elsif ($kind eq 'splitbrain')
@@ -506,6 +508,13 @@ sub fault
 	else { die "unknown fault $kind"; }
 	$self->wait_healthy($sync) or die "the cluster did not heal after $kind";
 	$f{heal} = mono_ns();
+	# Give Patroni up to 60 s to record the synchronous standby in its DCS
+	# too (it promotes nobody else in strict mode); it may not, after an
+	# old primary won its key back.
+	_until(sub {
+			my $m = $self->members;
+			grep { ($m->{$_}{role} // '') eq 'sync_standby' } keys %$m;
+		}, 60) if $sync;
 	$f{heal_epoch} = time();
 	$f{new} = $self->leader->{name};
 	$self->{log}->(sprintf('fault %s: primary %s -> %s, healed after %.1f s%s',
