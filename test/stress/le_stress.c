@@ -39,6 +39,16 @@
  * a short random statement_timeout and lock_timeout (the nemesis's
  * "timeouts" fault).
  *
+ * Under a failover manager (test/t/400_patroni.pl): --client-conninfo (given
+ * several times) lets client i connect with the i-th string modulo their
+ * number, say multi-host strings listing the nodes in different orders, and
+ * --reconnect-prob makes clients drop their session now and then, so that
+ * during a split brain some reach the old primary and some the new one.  A
+ * COMMIT after which the server warned that it stopped waiting for
+ * synchronous replication committed locally only: it is logged as info.
+ * --stop-file ends the run early (before --seconds) once that file exists,
+ * for a test whose faults take as long as they take.
+ *
  * After the clients end, the driver dumps the server side of the history
  * (leader_election.history, stress.audit, stress.effects) as TSV files into
  * --out for the checker.  Timestamps there are epoch microseconds.
@@ -72,6 +82,10 @@
 static struct
 {
 	const char *conninfo;
+	const char *client_conninfo[8];	/* --client-conninfo: client i uses [i % n] */
+	int			n_client_conninfo;
+	double		reconnect_prob; /* drop the session before an operation */
+	const char *stop_file;		/* --stop-file: clients end once it exists */
 	const char *out;
 	const char *prefix;
 	int			clients;
@@ -177,6 +191,14 @@ typedef struct Client
 	bool		timeouts_set;	/* short timeouts in force on this session */
 	int64_t		timeouts_until; /* ... until this CLOCK_MONOTONIC time */
 } Client;
+
+/*
+ * Set when the server warned that it stopped waiting for synchronous
+ * replication (a cancel or statement_timeout during COMMIT): the commit is
+ * then local only and may be lost in a failover, so COMMIT's "ok" is not an
+ * acknowledgement (commit() reports it as info).
+ */
+static bool sync_wait_cut = false;
 
 static volatile sig_atomic_t got_usr1 = 0;
 
@@ -297,12 +319,19 @@ run(Client *c, Outcome *o, PGresult **out, const char *sql, int nparams,
 static bool
 commit(Client *c, Outcome *o, long long term)
 {
-	PGresult   *res = PQexec(c->conn, "COMMIT");
-	ExecStatusType st = PQresultStatus(res);
-	const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+	PGresult   *res;
+	ExecStatusType st;
+	const char *state;
 	bool		ok = false;
 
-	if (st == PGRES_COMMAND_OK && strcmp(PQcmdStatus(res), "COMMIT") == 0)
+	sync_wait_cut = false;
+	res = PQexec(c->conn, "COMMIT");
+	st = PQresultStatus(res);
+	state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+	if (st == PGRES_COMMAND_OK && strcmp(PQcmdStatus(res), "COMMIT") == 0 &&
+		sync_wait_cut)
+		set_outcome(o, "info", term, "01000");	/* committed locally only */
+	else if (st == PGRES_COMMAND_OK && strcmp(PQcmdStatus(res), "COMMIT") == 0)
 	{
 		set_outcome(o, "ok", term, NULL);
 		ok = true;
@@ -326,10 +355,13 @@ commit(Client *c, Outcome *o, long long term)
 
 /* Server notices (the crash WARNING, say) would only clutter stderr. */
 static void
-quiet_notices(void *arg, const char *message)
+quiet_notices(void *arg, const PGresult *res)
 {
+	const char *msg = PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY);
+
 	(void) arg;
-	(void) message;
+	if (msg && strstr(msg, "wait for synchronous replication"))
+		sync_wait_cut = true;
 }
 
 static void
@@ -343,7 +375,8 @@ connect_client(Client *c)
 	int64_t		t0 = mono_ns();
 
 	snprintf(appname, sizeof(appname), "le_stress c%d", c->id);
-	vals[0] = opt.conninfo;
+	vals[0] = opt.n_client_conninfo > 0 ?
+		opt.client_conninfo[c->id % opt.n_client_conninfo] : opt.conninfo;
 	vals[1] = appname;
 	vals[2] = "5";
 	/* Bound every statement: a hung client would hide the history's end. */
@@ -356,7 +389,7 @@ connect_client(Client *c)
 	c->timeouts_set = false;
 	if (PQstatus(c->conn) == CONNECTION_OK)
 	{
-		PQsetNoticeProcessor(c->conn, quiet_notices, NULL);
+		PQsetNoticeReceiver(c->conn, quiet_notices, NULL);
 		set_outcome(&o, "ok", -1, NULL);
 	}
 	else
@@ -634,8 +667,13 @@ run_client(int id, int64_t deadline, int logfd)
 	if (!opt.session_identity)
 		snprintf(c.holder, sizeof(c.holder), "c%d", id);
 
-	while (mono_ns() < deadline)
+	while (mono_ns() < deadline &&
+		   (opt.stop_file == NULL || access(opt.stop_file, F_OK) != 0))
 	{
+		/* --reconnect-prob: a new session may reach another primary. */
+		if (c.conn != NULL && opt.reconnect_prob > 0 &&
+			rng_unit() < opt.reconnect_prob)
+			drop_session(&c);
 		if (c.conn == NULL || PQstatus(c.conn) != CONNECTION_OK)
 		{
 			connect_client(&c);
@@ -840,7 +878,9 @@ usage(void)
 			"  --retry-ms N (250)  --release-prob P (0.05)  --seed N (1)\n"
 			"  --stall-prob P (0)  --stall-ms N (0)  --timeout-window-ms N (2000)\n"
 			"  --waiters N (0: clients that wait_for_leadership instead of trying)\n"
-			"  --prefix STR (stress_)  --unfenced  --session-identity\n");
+			"  --prefix STR (stress_)  --unfenced  --session-identity\n"
+			"  --client-conninfo STR (repeatable)  --reconnect-prob P (0)\n"
+			"  --stop-file PATH (clients end early once it exists)\n");
 	exit(2);
 }
 
@@ -864,6 +904,9 @@ main(int argc, char **argv)
 		{"prefix", required_argument, NULL, 'P'},
 		{"unfenced", no_argument, NULL, 'u'},
 		{"session-identity", no_argument, NULL, 'i'},
+		{"client-conninfo", required_argument, NULL, 'C'},
+		{"reconnect-prob", required_argument, NULL, 'X'},
+		{"stop-file", required_argument, NULL, 'F'},
 		{NULL, 0, NULL, 0}
 	};
 	pid_t		pids[MAX_CLIENTS];
@@ -897,6 +940,13 @@ main(int argc, char **argv)
 			case 'P': opt.prefix = optarg; break;
 			case 'u': opt.unfenced = true; break;
 			case 'i': opt.session_identity = true; break;
+			case 'C':
+				if (opt.n_client_conninfo == 8)
+					usage();
+				opt.client_conninfo[opt.n_client_conninfo++] = optarg;
+				break;
+			case 'X': opt.reconnect_prob = atof(optarg); break;
+			case 'F': opt.stop_file = optarg; break;
 			default: usage();
 		}
 	}

@@ -1,5 +1,6 @@
 # 250_pgbouncer.pl: leader_election behind pgbouncer in transaction pooling
-# mode (Debian's /usr/sbin/pgbouncer, started and stopped by this test).
+# mode, and in session pooling mode with server_reset_query = DISCARD ALL
+# (Debian's /usr/sbin/pgbouncer, started and stopped by this test).
 #
 # In transaction pooling a client owns a server connection only for the
 # length of one transaction; its next transaction may run on another backend,
@@ -22,6 +23,14 @@
 #    it stays on the server backend (pgbouncer does not track it), so the
 #    client's next transaction may not see it and another client's may.  A
 #    startup option (options=-c ...) is refused by pgbouncer outright.
+#
+# Session pooling (issue 14): a client owns one server connection from
+# connect to disconnect, so while it is connected a session-bound lease is
+# its own, as on a direct connection.  When it disconnects, pgbouncer keeps
+# the server connection and runs server_reset_query; DISCARD ALL drops the
+# liveness lock, which ends the lease (session_ended) at once although the
+# server session lives on; the next client on that server connection is a
+# new holder, not the old one, and may take the lease over.
 use strict;
 use warnings;
 use lib 'test/t';
@@ -63,6 +72,7 @@ PostgreSQL::Test::Utils::append_to_file(
 [databases]
 pool2 = host=127.0.0.1 port=$pport dbname=postgres pool_size=2
 pool1 = host=127.0.0.1 port=$pport dbname=postgres pool_size=1
+sess1 = host=127.0.0.1 port=$pport dbname=postgres pool_size=1 pool_mode=session
 
 [pgbouncer]
 listen_addr = 127.0.0.1
@@ -71,6 +81,7 @@ unix_socket_dir =
 auth_type = trust
 auth_file = $dir/userlist.txt
 pool_mode = transaction
+server_reset_query = DISCARD ALL
 default_pool_size = 2
 max_client_conn = 50
 logfile = $dir/pgbouncer.log
@@ -289,6 +300,53 @@ like($err, qr/unsupported startup parameter/,
 	'pgbouncer refuses options=-c leader_election.holder_id=...');
 
 le_quit($ca, $cb, $w1, $w2, $pinner);
+
+# ==== session pooling, server_reset_query = DISCARD ALL ====
+# sess1 has one server connection, so consecutive clients get the same one.
+my $sa = client('sess1');
+my $sa_pid = (run($sa, 'SELECT pg_backend_pid()'))[0];
+is((run($sa, q{SELECT try_acquire_leader('smode', '5 minutes')}))[0],
+	't', 'session mode: client A acquires smode with its session identity');
+my ($sm_term, $sm_holder) = split /\|/, $node->safe_psql('postgres',
+	q{SELECT term, holder FROM leader_election.leases WHERE name = 'smode'});
+my $same = 1;
+for my $i (1 .. 3)
+{
+	my ($o) = run($sa, q{SELECT am_leader('smode') || ' ' || pg_backend_pid()});
+	$same = 0 unless $o eq "true $sa_pid";
+}
+ok($same, 'session mode: every transaction of A runs on its own server session and A leads');
+is($node->safe_psql('postgres', q{SELECT holder_pid FROM leader_election.leaders WHERE name = 'smode'}),
+	$sa_pid, 'the lease is bound to that server session');
+is($node->safe_psql('postgres', q{SELECT try_acquire_leader('smode', '5 minutes')}),
+	'f', 'another session cannot take it while A is connected');
+
+# A disconnects; pgbouncer keeps the server session and runs DISCARD ALL.
+le_quit($sa);
+ok(le_poll($node, q{SELECT NOT valid FROM leader_election.leaders WHERE name = 'smode'}),
+	'session mode: the lease ends when A disconnects (DISCARD ALL), not after the ttl');
+is($node->safe_psql('postgres',
+		qq{SELECT count(*) FROM pg_stat_activity WHERE pid = $sa_pid}),
+	'1', '... while its server session lives on in the pool');
+
+# The next client gets the same server session, but not the lease.
+my $sb = client('sess1');
+is((run($sb, 'SELECT pg_backend_pid()'))[0], $sa_pid,
+	'session mode: client B gets the server session A used');
+is((run($sb, q{SELECT am_leader('smode')}))[0], 'f',
+	'B does not inherit the lease A took on that server session');
+is((run($sb, q{SELECT try_acquire_leader('smode', '5 minutes')}))[0], 't',
+	'B acquires smode');
+is($node->safe_psql('postgres',
+		qq{SELECT term > $sm_term AND holder <> '$sm_holder' FROM leader_election.leases WHERE name = 'smode'}),
+	't', '... in a new term, under a new session identity');
+is($node->safe_psql('postgres',
+		qq{SELECT end_reason FROM leader_election.history WHERE name = 'smode' AND term = $sm_term}),
+	'session_ended', 'the history records A\'s the end as session_ended');
+le_quit($sb);
+ok(le_poll($node, q{SELECT NOT valid FROM leader_election.leaders WHERE name = 'smode'}),
+	"B's lease ends with B's disconnect too");
+
 $bouncer->signal('TERM');
 ok(eval { $bouncer->finish; 1 }, 'pgbouncer stops');
 $node->stop;
