@@ -113,9 +113,17 @@ sub bpsql
 {
 	my ($pool, $sql, $extra) = @_;
 	my ($out, $err) = ('', '');
-	$node->psql('postgres', "\\set VERBOSITY verbose\n$sql",
-		connstr => bconnstr($pool, 'app', $extra),
-		stdout => \$out, stderr => \$err);
+
+	# While pgbouncer is still starting, psql may exit before IPC::Run has
+	# written the query to it: a broken pipe, which must not end the test
+	# (the caller's wait-until tries again).
+	local $SIG{PIPE} = 'IGNORE';
+	eval {
+		$node->psql('postgres', "\\set VERBOSITY verbose\n$sql",
+			connstr => bconnstr($pool, 'app', $extra),
+			stdout => \$out, stderr => \$err);
+		1;
+	} or return ('', '08006', "psql could not run: $@");
 	return ($out, $err =~ /ERROR:\s+([0-9A-Z]{5}):/ ? $1 : '', $err);
 }
 
