@@ -124,16 +124,6 @@ INSERT INTO leader_election.term_era (system_identifier, timeline, first_term)
 SELECT s.system_identifier, s.timeline, t.last_value
   FROM leader_election.server_identity() AS s, leader_election.terms AS t;
 
-/*
- * leader_election.max_names_per_role counts a role's names through this
- * index instead of reading the whole table.  The renewal fast path
- * (src/lease_store.c) maintains it and the primary key, and is used only
- * while these two are the table's only indexes.
- */
-CREATE INDEX leases_owner_idx ON leader_election.leases (owner);
-COMMENT ON INDEX leader_election.leases_owner_idx IS
-    'Names per owning role, for leader_election.max_names_per_role';
-
 -- ===================================================================
 -- Issue 12 (items 3 and 4, in the lease protocol): writer locks keyed by a
 -- secret
