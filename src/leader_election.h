@@ -168,6 +168,7 @@ extern void le_store_read(const char *name, LeaseRow *row);
 extern void le_store_read_for_answer(const char *name, LeaseRow *row);
 extern void le_store_read_row_for_answer(const char *name, LeaseRow *row);
 extern LeRowLock le_store_lock_row(const char *name, bool for_takeover);
+extern void le_store_prepare_takeover(void);
 extern void le_store_reserve(const char *name);
 extern void le_store_insert(const char *name, const LeIdentity *who,
 							int64 term, TimestampTz now, TimestampTz expires);
@@ -209,6 +210,7 @@ extern bool le_store_read_handover(const char *name, int64 term,
 
 /* terms.c */
 extern int64 le_next_term(const char *name, int64 old_term);
+extern void le_terms_prepare(void);
 
 /* lease_cache.c */
 extern Datum le_leases_cache_invalidate(PG_FUNCTION_ARGS);

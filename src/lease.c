@@ -810,17 +810,38 @@ assert_leader(PG_FUNCTION_ARGS)
 }
 
 /*
+ * Do now, before a waiter first sleeps, the once-per-backend work its
+ * takeover would otherwise do in the instant it wins: the writer lock's key
+ * and the HMAC library's set-up, the term era, the takeover's plans.  When a
+ * session holding many leases ends, all their waiters wake at once on a few
+ * cores, and that work was most of what each then did (bench/grants.sh,
+ * storm).  Changes nothing.
+ */
+static void
+le_prepare_takeover(const char *name)
+{
+	LOCKTAG		tag;
+
+	le_writer_locktag(&tag, name);
+	le_terms_prepare();
+	le_store_prepare_takeover();
+}
+
+/*
  * One attempt of wait_for_leadership, in a subtransaction that is kept if
  * it won and rolled back if it lost.  A lost attempt changed nothing, and
  * rolling it back gives up the locks it took (the lease table's, the
  * writer lock), so a waiter holds no lock while it sleeps: DDL on the
  * table, ALTER EXTENSION UPDATE among it, never queues behind a waiter
  * and, queued, stalls every other session's calls until the waiter's
- * timeout.  Locks the transaction held before the wait stay held.
+ * timeout.  Locks the transaction held before the wait stay held.  The
+ * first attempt that loses also prepares the takeover (le_prepare_takeover),
+ * in its subtransaction for the same reason: reading and planning take
+ * locks.
  */
 static bool
 le_wait_attempt_in_subxact(const char *name, int64 ttl_usecs, const LeIdentity *who,
-						   TimestampTz *retry_at)
+						   TimestampTz *retry_at, bool first)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	ResourceOwner owner = CurrentResourceOwner;
@@ -831,6 +852,8 @@ le_wait_attempt_in_subxact(const char *name, int64 ttl_usecs, const LeIdentity *
 	PG_TRY();
 	{
 		acquired = le_try_acquire(name, ttl_usecs, who, retry_at);
+		if (!acquired && first)
+			le_prepare_takeover(name);
 	}
 	PG_CATCH();
 	{
@@ -911,7 +934,7 @@ wait_for_leadership(PG_FUNCTION_ARGS)
 			CHECK_FOR_INTERRUPTS();
 			le_wait_attempt();
 			old_cxt = MemoryContextSwitchTo(attempt_cxt);
-			acquired = le_wait_attempt_in_subxact(name, ttl, &who, &retry_at);
+			acquired = le_wait_attempt_in_subxact(name, ttl, &who, &retry_at, !slept);
 			MemoryContextSwitchTo(old_cxt);
 			MemoryContextReset(attempt_cxt);
 			if (acquired)

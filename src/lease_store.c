@@ -57,7 +57,9 @@
 #include "utils/jsonb.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
+#include "utils/plancache.h"
 #include "utils/rel.h"
+#include "utils/resowner.h"
 #include "utils/reltrigger.h"
 #include "utils/snapmgr.h"
 
@@ -828,14 +830,21 @@ le_spi_end(LeSpiCall *call)
 	SPI_finish();
 }
 
-/* The statement's kept plan, prepared on first use. */
+/*
+ * The statement's kept plan, prepared on first use.  Generic from the first
+ * execution: every statement finds rows through a primary key, so custom
+ * plans (by default the first five executions in each backend) would only
+ * plan the same thing again, on the paths that matter most when a
+ * connection is new (a cron job's, a storm's waiter's).
+ */
 static SPIPlanPtr
 le_spi_plan(LeStmt stmt)
 {
 	if (le_plans[stmt] == NULL)
 	{
-		SPIPlanPtr	plan = SPI_prepare(le_stmts[stmt].sql, le_stmts[stmt].nargs,
-									   (Oid *) le_stmts[stmt].argtypes);
+		SPIPlanPtr	plan = SPI_prepare_cursor(le_stmts[stmt].sql, le_stmts[stmt].nargs,
+											  (Oid *) le_stmts[stmt].argtypes,
+											  CURSOR_OPT_GENERIC_PLAN);
 
 		if (plan == NULL)
 			elog(ERROR, "SPI_prepare failed for \"%s\": %s",
@@ -879,6 +888,30 @@ le_spi_read_fresh(LeStmt stmt, Datum *values, const char *nulls)
 	if (rc != SPI_OK_SELECT)
 		elog(ERROR, "SPI_execute_snapshot failed for \"%s\": %s",
 			 le_stmts[stmt].sql, SPI_result_code_string(rc));
+}
+
+/*
+ * Build now the generic plans a takeover will run (lease.c,
+ * le_prepare_takeover): planning was about half of what a storm's waiter
+ * did when it won.  The caller's subtransaction gives back the locks
+ * planning takes.
+ */
+void
+le_store_prepare_takeover(void)
+{
+	static const LeStmt stmts[] = {STMT_LOCK_FOR_TAKEOVER, STMT_TAKE_OVER_WITH_HISTORY};
+	LeSpiCall	call;
+
+	le_spi_begin(&call);
+	for (int i = 0; i < lengthof(stmts); i++)
+	{
+		SPIPlanPtr	plan = le_spi_plan(stmts[i]);
+		CachedPlan *cplan = SPI_plan_get_cached_plan(plan);
+
+		if (cplan != NULL)
+			ReleaseCachedPlan(cplan, CurrentResourceOwner);
+	}
+	le_spi_end(&call);
 }
 
 /* Under REPEATABLE READ the row may be invisible to our older snapshot. */

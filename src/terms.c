@@ -87,6 +87,29 @@ le_enter_era(uint64 sysid, TimeLineID tli)
 	le_era_tli = tli;
 }
 
+/*
+ * Check the era now, only reading (a waiter does it before it sleeps, so
+ * that its takeover need not): if term_era already names this server and
+ * timeline, the era is known; otherwise the first grant moves it, as ever.
+ */
+void
+le_terms_prepare(void)
+{
+	uint64		sysid = GetSystemIdentifier();
+	TimeLineID	tli = le_current_timeline();
+	int64		first_term;
+
+	if (le_store_schema_1_0() ||
+		(le_era_known && le_era_sysid == sysid && le_era_tli == tli))
+		return;
+	if (le_store_term_era_read(sysid, tli, &first_term))
+	{
+		le_era_known = true;
+		le_era_sysid = sysid;
+		le_era_tli = tli;
+	}
+}
+
 /* The next term for `name`, whose row has term old_term (0: no row). */
 int64
 le_next_term(const char *name, int64 old_term)

@@ -189,6 +189,21 @@ sub nothing_left
 	ok(le_start_wait($node, $w, q{SELECT wait_for_leadership('busy', '1 hour')}),
 		'cancel: waiter blocks');
 	is(waiting_candidates('busy'), '1', 'cancel: waiting_candidates = 1');
+	# Its first attempt read the tables and prepared a takeover (plans, the
+	# term era): none of it may leave a lock behind while it sleeps, or DDL
+	# (ALTER EXTENSION UPDATE) would queue behind the waiter.
+	is($node->safe_psql('postgres', qq{
+			SELECT count(*) FROM pg_locks
+			 WHERE pid = $w->{le_pid} AND locktype = 'relation'}),
+		'0', 'a sleeping waiter holds no relation lock');
+	is($node->safe_psql('postgres', q{
+			SET lock_timeout = '2s';
+			BEGIN;
+			LOCK TABLE leader_election.leases, leader_election.history,
+			           leader_election.term_era IN ACCESS EXCLUSIVE MODE;
+			COMMIT;
+			SELECT 'locked'}),
+		'locked', 'DDL locks on the tables are granted while the waiter sleeps');
 	$node->safe_psql('postgres', "SELECT pg_cancel_backend($w->{le_pid})");
 	my ($out, $err) = le_collect($w);
 	like($err // 'timeout', qr/ERROR:\s+57014: canceling statement due to user request/,
