@@ -221,6 +221,17 @@ SET application_name = '';
 SELECT pg_temp.try($$SELECT try_acquire_leader('nn', '1 hour', 'h1')$$) AS renewal_without_app_name;
 SELECT application_name FROM leader_election.leases WHERE name = 'nn';
 ALTER TABLE leader_election.leases ALTER COLUMN application_name DROP NOT NULL;
+
+--
+-- A column added to the table (even dropped again) is not supported: every
+-- call fails with 55000, not an internal error (rolled back here).
+--
+BEGIN;
+ALTER TABLE leader_election.leases ADD COLUMN extra integer;
+ALTER TABLE leader_election.leases DROP COLUMN extra;
+SELECT pg_temp.try($$SELECT try_acquire_leader('cols', '1 hour', 'h1')$$) AS with_a_dropped_column;
+ROLLBACK;
+SELECT try_acquire_leader('cols', '1 hour', 'h1') AS after_the_rollback;
 RESET application_name;
 
 --
@@ -235,6 +246,15 @@ SELECT pg_temp.wait_until_expired('ruled');
 SELECT pg_temp.answers('ruled') AS after_the_rules_expiry,
        try_acquire_leader('ruled', '1 hour', 'h2') AS h2_takes_over;
 DROP RULE cap_ins ON leader_election.leases;
+-- A waiter prepares its takeover before it sleeps: under a rule, the
+-- statements a takeover then runs (no UPDATE in WITH, which a DO ALSO rule
+-- forbids), so it waits instead of failing.
+CREATE TABLE public.lease_audit (name text);
+CREATE RULE audit_upd AS ON UPDATE TO leader_election.leases DO ALSO
+    INSERT INTO public.lease_audit VALUES (NEW.name);
+SELECT wait_for_leadership('ruled', '1 hour', '0', 'h3') AS h3_waits_in_vain;
+DROP RULE audit_upd ON leader_election.leases;
+DROP TABLE public.lease_audit;
 
 --
 -- Changes that bypass the cache's triggers: every backend, and every

@@ -296,6 +296,8 @@ le_claim_name(const char *name)
 	LeaseRow	row;
 
 	(void) le_lock_writer(name, true);
+	/* Held to the end, like every writer lock: no PREPARE (wakeup.c, I4). */
+	le_xact_touched(name);
 	le_store_read(name, &row);
 	le_check_owner(name, &row);
 	if (!row.found)

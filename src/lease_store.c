@@ -191,14 +191,20 @@ le_store_check_columns(Relation rel)
 	TupleDesc	desc = RelationGetDescr(rel);
 
 	if (desc->natts != LEASE_NCOLS)
-		elog(ERROR, "leader_election.leases has %d columns, expected %d",
-			 desc->natts, LEASE_NCOLS);
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("leader_election.leases has %d columns, expected %d",
+						desc->natts, LEASE_NCOLS),
+				 errdetail("Columns added to the table, even if dropped again, are not supported."),
+				 errhint("Dump the rows, then DROP and CREATE EXTENSION leader_election.")));
 	for (int i = 0; i < LEASE_NCOLS; i++)
 		if (strcmp(NameStr(TupleDescAttr(desc, i)->attname),
 				   le_lease_columns[i]) != 0)
-			elog(ERROR, "leader_election.leases column %d is \"%s\", expected \"%s\"",
-				 i + 1, NameStr(TupleDescAttr(desc, i)->attname),
-				 le_lease_columns[i]);
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("leader_election.leases column %d is \"%s\", expected \"%s\"",
+							i + 1, NameStr(TupleDescAttr(desc, i)->attname),
+							le_lease_columns[i])));
 }
 
 /*
@@ -890,6 +896,16 @@ le_spi_read_fresh(LeStmt stmt, Datum *values, const char *nulls)
 			 le_stmts[stmt].sql, SPI_result_code_string(rc));
 }
 
+/* Prepare stmt and build its generic plan now, not at its first run. */
+static void
+le_spi_build_generic_plan(LeStmt stmt)
+{
+	CachedPlan *cplan = SPI_plan_get_cached_plan(le_spi_plan(stmt));
+
+	if (cplan != NULL)
+		ReleaseCachedPlan(cplan, CurrentResourceOwner);
+}
+
 /*
  * Build now the generic plans a takeover will run (lease.c,
  * le_prepare_takeover): planning was about half of what a storm's waiter
@@ -899,18 +915,15 @@ le_spi_read_fresh(LeStmt stmt, Datum *values, const char *nulls)
 void
 le_store_prepare_takeover(void)
 {
-	static const LeStmt stmts[] = {STMT_LOCK_FOR_TAKEOVER, STMT_TAKE_OVER_WITH_HISTORY};
 	LeSpiCall	call;
 
 	le_spi_begin(&call);
-	for (int i = 0; i < lengthof(stmts); i++)
-	{
-		SPIPlanPtr	plan = le_spi_plan(stmts[i]);
-		CachedPlan *cplan = SPI_plan_get_cached_plan(plan);
-
-		if (cplan != NULL)
-			ReleaseCachedPlan(cplan, CurrentResourceOwner);
-	}
+	le_spi_build_generic_plan(STMT_LOCK_FOR_TAKEOVER);
+	/* Only the statement le_store_take_over_with_history will run. */
+	if (le_history_max_terms > 0 && le_rels.fast_path_ok)
+		le_spi_build_generic_plan(STMT_TAKE_OVER_WITH_HISTORY);
+	else
+		le_spi_build_generic_plan(STMT_TAKE_OVER);
 	le_spi_end(&call);
 }
 

@@ -161,6 +161,13 @@ le_xact_touched(const char *name)
 	le_xact_any_slot = true;
 }
 
+/* Has this transaction written or fenced a lease (not rolled back)? */
+bool
+le_xact_touched_any(void)
+{
+	return le_touch_levels != NIL;
+}
+
 /*
  * At backend exit, however it exits (FATAL from pg_terminate_backend skips
  * wait_for_leadership's own cleanup): leave the waiter count and wake the
@@ -170,13 +177,6 @@ le_xact_touched(const char *name)
  * the one that releases this session's locks, and before ProcKill, so the
  * liveness lock is already gone and MyProc is still usable.
  */
-/* Has this transaction written or fenced a lease (not rolled back)? */
-bool
-le_xact_touched_any(void)
-{
-	return le_touch_levels != NIL;
-}
-
 static void
 le_on_backend_exit(int code, Datum arg)
 {

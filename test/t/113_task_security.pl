@@ -110,7 +110,7 @@ ok(le_poll($fair0, q{SELECT string_agg(name || ': ' || coalesce(runner_state, '-
 $fair0->stop;
 
 my $node = le_node('sec', conf => "leader_election.database = 'postgres'\n"
-	. "leader_election.max_task_workers = 8\n");
+	. "leader_election.max_task_workers = 8\nmax_prepared_transactions = 2\n");
 ticks_table($node);
 le_task_role($node, $_) for qw(a b m p q v);
 
@@ -136,6 +136,18 @@ is(le_sqlstate($node, q{SET ROLE a;
 	SET ROLE a;
 	SELECT leader_election.register_task('claimed3', 'public.pa()', '1 hour', '5 seconds')}), '42501',
 	'register_task refuses a name another role owns');
+# The claim holds the name's writer lock to the transaction's end: a
+# prepared transaction would keep it (and the name's holder blocked) past
+# the session, so PREPARE is refused as for every other write (0A000).
+is(le_sqlstate($node, q{BEGIN; SET ROLE a;
+	SELECT leader_election.register_task('prepared', 'public.pa()', '1 hour', '5 seconds');
+	PREPARE TRANSACTION 'le_task_prepared'}), '0A000',
+	'PREPARE TRANSACTION after register_task is refused');
+is($node->safe_psql('postgres', q{SELECT (SELECT count(*) FROM pg_prepared_xacts)
+	+ (SELECT count(*) FROM leader_election.tasks WHERE name = 'prepared')}), '0',
+	'nothing of it is left: no prepared transaction, no task');
+$node->safe_psql('postgres', q{ROLLBACK PREPARED 'le_task_prepared'})
+  if $node->safe_psql('postgres', q{SELECT count(*) FROM pg_prepared_xacts}) ne '0';
 
 # ==== (3) members of superuser roles ====
 $node->safe_psql('postgres', q{
