@@ -13,6 +13,11 @@ TRUNCATE leader_election.leases, leader_election.history,
          leader_election.leader_info, leader_election.handovers;
 ALTER SEQUENCE leader_election.terms RESTART;
 RESET leader_election.holder_id;
+-- Every event of this session is sent in its own transaction: one sent by
+-- the notifier worker (notify_delivery = background) could still arrive
+-- after the LISTEN below, or print after a later query.  The notifier's
+-- delivery of these events: test/t/014_notify_storm.pl.
+SET leader_election.notify_delivery = in_transaction;
 
 \set ECHO none
 \i test/regress_helpers.sql
@@ -184,10 +189,6 @@ SELECT wait_for_leadership('w', '1 minute', '0', 'host-b', 100) AS high_priority
 -- NOTIFY payloads of the new events.
 --
 LISTEN leader_election;
--- Sent by the notifier worker (notify_delivery = background) a notification
--- could print after a later query; in_transaction prints each after its
--- own.  The notifier's delivery of these events: test/t/014_notify_storm.pl.
-SET leader_election.notify_delivery = in_transaction;
 \o | sed -e 's/server process with PID [0-9]*/server process with PID (pid)/' -e 's/session:[0-9]*:[0-9]*@[0-9]*\.[0-9]*/session:(pid):(start)@(server)/g'
 \qecho -- info
 SELECT try_acquire_leader('ev', '1 minute', 'host-a') AS acquired;

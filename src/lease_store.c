@@ -896,6 +896,17 @@ le_spi_read_fresh(LeStmt stmt, Datum *values, const char *nulls)
 			 le_stmts[stmt].sql, SPI_result_code_string(rc));
 }
 
+/*
+ * Does a takeover run as the one statement STMT_TAKE_OVER_WITH_HISTORY?
+ * Not while history is off, nor while the table has lost its installed
+ * shape: a rule, for one, forbids UPDATE in WITH.  (Relations loaded.)
+ */
+static bool
+le_store_takeover_in_one_statement(void)
+{
+	return le_history_max_terms > 0 && le_rels.fast_path_ok;
+}
+
 /* Prepare stmt and build its generic plan now, not at its first run. */
 static void
 le_spi_build_generic_plan(LeStmt stmt)
@@ -919,11 +930,8 @@ le_store_prepare_takeover(void)
 
 	le_spi_begin(&call);
 	le_spi_build_generic_plan(STMT_LOCK_FOR_TAKEOVER);
-	/* Only the statement le_store_take_over_with_history will run. */
-	if (le_history_max_terms > 0 && le_rels.fast_path_ok)
-		le_spi_build_generic_plan(STMT_TAKE_OVER_WITH_HISTORY);
-	else
-		le_spi_build_generic_plan(STMT_TAKE_OVER);
+	le_spi_build_generic_plan(le_store_takeover_in_one_statement() ?
+							  STMT_TAKE_OVER_WITH_HISTORY : STMT_TAKE_OVER);
 	le_spi_end(&call);
 }
 
@@ -1195,7 +1203,7 @@ le_store_take_over_with_history(const char *name, const LeIdentity *who,
 	char		n[19] = "                  ";
 
 	le_store_load_rels();
-	if (le_history_max_terms <= 0 || !le_rels.fast_path_ok)
+	if (!le_store_takeover_in_one_statement())
 	{
 		if (end_old)
 			le_history_end(name, old_term, ended_at, reason);
