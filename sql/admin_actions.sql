@@ -367,6 +367,57 @@ SELECT pg_temp.in_d1($$SELECT format('h1:%s/%s h9:%s/%s', am_leader('job', 'h1')
 SELECT pg_temp.in_d1($$SELECT try_acquire_leader('job', '1 hour', 'h9')::text$$) AS h9_renews;
 DROP DATABASE le_d1;
 DROP DATABASE le_tpl;
+--
+-- A first grant writes its lease and history rows without the executor
+-- while both tables are as installed (direct_write.c).  What an
+-- administrator adds to history applies to those rows as to any INSERT.
+--
+-- A CHECK constraint (NOT VALID: enforced on new rows only): the grant
+-- fails with 23514 and writes nothing.
+ALTER TABLE leader_election.history ADD CONSTRAINT short_holders
+    CHECK (length(holder) <= 5) NOT VALID;
+SELECT pg_temp.try($$SELECT try_acquire_leader('hc', '1 hour', 'a_long_holder')$$) AS long_holder;
+SELECT count(*) AS lease_rows FROM leader_election.leases WHERE name = 'hc';
+SELECT try_acquire_leader('hc', '1 hour', 'h1') AS short_holder;
+SELECT holder AS history_holder FROM leader_election.history WHERE name = 'hc';
+ALTER TABLE leader_election.history DROP CONSTRAINT short_holders;
+-- A trigger fires, also one created after the granting transaction opened
+-- the table (CREATE TRIGGER does not wait for readers).
+CREATE TABLE public.le_history_audit (name text, term bigint);
+CREATE FUNCTION public.le_audit_history() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO public.le_history_audit VALUES (NEW.name, NEW.term);
+    RETURN NEW;
+END $$;
+BEGIN;
+SELECT count(*) >= 0 AS history_opened FROM leader_election.history;
+SELECT pg_temp.admin($$CREATE TRIGGER audit AFTER INSERT ON leader_election.history FOR EACH ROW EXECUTE FUNCTION public.le_audit_history()$$);
+SELECT try_acquire_leader('ht', '1 hour', 'h1') AS granted;
+COMMIT;
+SELECT a.term = h.term AS audited_the_term
+FROM public.le_history_audit AS a JOIN leader_election.history AS h USING (name)
+WHERE name = 'ht';
+DROP TRIGGER audit ON leader_election.history;
+DROP TABLE public.le_history_audit;
+DROP FUNCTION public.le_audit_history();
+-- An index gets the new rows' entries, also one created after the granting
+-- transaction opened the table (amcheck: every heap row is in the index).
+BEGIN;
+SELECT count(*) >= 0 AS history_opened FROM leader_election.history;
+SELECT pg_temp.admin($$CREATE INDEX history_holder_idx ON leader_election.history (holder)$$);
+SELECT try_acquire_leader('hi', '1 hour', 'h1') AS granted;
+COMMIT;
+SELECT bt_index_check('leader_election.history_holder_idx', true);
+DROP INDEX leader_election.history_holder_idx;
+-- A column whose type was changed: the row is still written with the
+-- table's types (rolled back here).
+BEGIN;
+ALTER TABLE leader_election.history ALTER COLUMN holder_pid TYPE bigint;
+SELECT try_acquire_leader('hp', '1 hour', 'h1') AS granted;
+SELECT holder_pid = pg_backend_pid() AS right_pid
+FROM leader_election.history WHERE name = 'hp';
+ROLLBACK;
+
 SELECT dblink_disconnect('admin');
 DROP EXTENSION dblink;
 DROP EXTENSION amcheck;

@@ -40,6 +40,7 @@
 #include "datatype/timestamp.h"
 #include "fmgr.h"
 #include "storage/lock.h"
+#include "utils/relcache.h"
 
 /* Limits, documented in the README. */
 #define LE_MAX_NAME_BYTES		255
@@ -162,6 +163,12 @@ extern void le_hold_session_liveness_lock(void);
 extern bool le_session_alive(const char *holder, int32 pid, TimestampTz started);
 extern bool le_is_own_session(int32 pid, TimestampTz started);
 extern TimestampTz le_session_start_value(void);
+
+/* direct_write.c */
+extern bool le_direct_insert_allowed(Relation rel, Oid only_index,
+									 bool only_our_triggers);
+extern void le_direct_insert(Relation rel, Relation idx, Datum *values,
+							 bool *nulls);
 
 /* lease_store.c */
 extern void le_store_read(const char *name, LeaseRow *row);

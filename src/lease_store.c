@@ -91,6 +91,37 @@ static const char *const le_lease_columns[LEASE_NCOLS] = {
 	"holder_role", "application_name", "client_addr"
 };
 
+static const Oid le_lease_types[LEASE_NCOLS] = {
+	TEXTOID, REGROLEOID, TEXTOID, INT8OID, TIMESTAMPTZOID, TIMESTAMPTZOID,
+	TIMESTAMPTZOID, INT4OID, TIMESTAMPTZOID, INT4OID, REGROLEOID, TEXTOID,
+	INETOID
+};
+
+/* Columns of leader_election.history, in table order. */
+enum
+{
+	HCOL_NAME = 0,
+	HCOL_TERM,
+	HCOL_HOLDER,
+	HCOL_OWNER,
+	HCOL_SESSION_BOUND,
+	HCOL_HOLDER_PID,
+	HCOL_ACQUIRED_AT,
+	HCOL_ENDED_AT,
+	HCOL_END_REASON,
+	HISTORY_NCOLS
+};
+
+static const char *const le_history_columns[HISTORY_NCOLS] = {
+	"name", "term", "holder", "owner", "session_bound", "holder_pid",
+	"acquired_at", "ended_at", "end_reason"
+};
+
+static const Oid le_history_types[HISTORY_NCOLS] = {
+	TEXTOID, INT8OID, TEXTOID, REGROLEOID, BOOLOID, INT4OID, TIMESTAMPTZOID,
+	TIMESTAMPTZOID, TEXTOID
+};
+
 #define LE_SELECT_COLUMNS \
 	"name, owner, holder, term, acquired_at, renewed_at, expires_at, " \
 	"session_pid, session_start, holder_pid, holder_role, " \
@@ -110,6 +141,7 @@ typedef struct LeStoreRels
 	Oid			table_owner;
 	bool		cache_triggers_ok;	/* the lease cache's triggers are in place */
 	bool		fast_path_ok;	/* the table has its installed shape */
+	bool		history_direct_ok;	/* history rows may skip the executor */
 	Oid			lock_key_rel;	/* leader_election.lock_key */
 	Oid			history;		/* leader_election.history */
 	Oid			history_pkey;	/* its (name, term) index, if it has that shape */
@@ -146,6 +178,7 @@ le_store_invalidate(Datum arg, Oid relid)
  * highest term is asked with SQL (STMT_HISTORY_MAX).
  */
 static void le_history_trim(const char *name);
+static void le_history_trim_in_own_call(const char *name);
 
 /* history.end_reason of a reason. */
 static const char *
@@ -183,6 +216,26 @@ le_store_history_index(Oid history, Oid index)
 		idx->rd_indpred == NIL && RelationGetIndexPredicate(idx) == NIL;
 	index_close(idx, AccessShareLock);
 	return ok ? index : InvalidOid;
+}
+
+/* Are rel's columns exactly these, in this order, of these types? */
+static bool
+le_store_columns_are(Relation rel, int ncols, const char *const *names,
+					 const Oid *types)
+{
+	TupleDesc	desc = RelationGetDescr(rel);
+
+	if (desc->natts != ncols)
+		return false;
+	for (int i = 0; i < ncols; i++)
+	{
+		Form_pg_attribute att = TupleDescAttr(desc, i);
+
+		if (att->attisdropped || att->atttypid != types[i] ||
+			strcmp(NameStr(att->attname), names[i]) != 0)
+			return false;
+	}
+	return true;
 }
 
 static void
@@ -295,6 +348,7 @@ le_store_has_installed_shape(Relation rel, bool only_our_triggers)
 
 	ok = list_length(indexes) == 1 &&
 		list_member_oid(indexes, le_rels.leases_pkey) &&
+		le_store_columns_are(rel, LEASE_NCOLS, le_lease_columns, le_lease_types) &&
 		le_store_not_null_as_installed(rel) &&
 		only_our_triggers &&
 		rel->rd_rules == NULL &&
@@ -363,8 +417,19 @@ le_store_load_rels(void)
 	 */
 	le_rels.cache_triggers_ok = le_store_has_cache_triggers(rel, &only_ours) &&
 		only_ours && rel->rd_rules == NULL;
-	le_rels.fast_path_ok = le_store_has_installed_shape(rel, only_ours);
+	le_rels.fast_path_ok = le_store_has_installed_shape(rel, only_ours) &&
+		le_direct_insert_allowed(rel, le_rels.leases_pkey, true);
 	table_close(rel, NoLock);
+	le_rels.history_direct_ok = false;
+	if (OidIsValid(le_rels.history) && OidIsValid(le_rels.history_pkey))
+	{
+		rel = table_open(le_rels.history, AccessShareLock);
+		le_rels.history_direct_ok =
+			le_store_columns_are(rel, HISTORY_NCOLS, le_history_columns,
+								 le_history_types) &&
+			le_direct_insert_allowed(rel, le_rels.history_pkey, false);
+		table_close(rel, NoLock);
+	}
 	le_rels.valid = true;
 }
 
@@ -1040,6 +1105,74 @@ le_store_note_renewal(const char *name, const LeaseRow *before,
 	le_cache_note_write(le_rels.leases, name, &row);
 }
 
+/*
+ * le_store_insert's two rows without the executor (direct_write.c), if both
+ * tables have the shape that allows it once locked for writing; false (and
+ * nothing written) if not.  v and n are STMT_INSERT_WITH_HISTORY's
+ * parameters.  Like every write, as the tables' owner: CHECK constraints
+ * are evaluated with the owner's rights, as through SPI.
+ */
+static bool
+le_store_insert_direct(Datum *v, const char *n)
+{
+	Relation	leases;
+	Relation	history;
+	Relation	leases_pkey;
+	Relation	history_pkey;
+	Datum		lv[LEASE_NCOLS];
+	bool		ln[LEASE_NCOLS];
+	Datum		hv[HISTORY_NCOLS];
+	bool		hn[HISTORY_NCOLS] = {0};
+	Oid			save_userid;
+	int			save_sec_context;
+
+	le_store_load_rels();
+	if (!le_rels.fast_path_ok || !le_rels.history_direct_ok)
+		return false;
+	leases = table_open(le_rels.leases, RowExclusiveLock);
+	history = table_open(le_rels.history, RowExclusiveLock);
+	/* The locks processed DDL committed since: decide on what they cover. */
+	le_store_load_rels();
+	if (!le_rels.fast_path_ok || !le_rels.history_direct_ok)
+	{
+		table_close(history, NoLock);
+		table_close(leases, NoLock);
+		return false;
+	}
+	leases_pkey = index_open(le_rels.leases_pkey, RowExclusiveLock);
+	history_pkey = index_open(le_rels.history_pkey, RowExclusiveLock);
+
+	/* STMT_INSERT's VALUES ($1, $2, $3, $4, $5, $5, $6, ... $12) */
+	for (int i = 0, p = 0; i < LEASE_NCOLS; i++)
+	{
+		lv[i] = v[p];
+		ln[i] = n[p] == 'n';
+		if (i != COL_ACQUIRED_AT)
+			p++;
+	}
+	hv[HCOL_NAME] = v[0];
+	hv[HCOL_TERM] = v[3];
+	hv[HCOL_HOLDER] = v[2];
+	hv[HCOL_OWNER] = v[1];
+	hv[HCOL_SESSION_BOUND] = v[12];
+	hv[HCOL_HOLDER_PID] = v[13];
+	hv[HCOL_ACQUIRED_AT] = v[4];
+	hn[HCOL_ENDED_AT] = hn[HCOL_END_REASON] = true;
+
+	GetUserIdAndSecContext(&save_userid, &save_sec_context);
+	SetUserIdAndSecContext(le_rels.table_owner,
+						   save_sec_context | SECURITY_LOCAL_USERID_CHANGE);
+	le_direct_insert(leases, leases_pkey, lv, ln);
+	le_direct_insert(history, history_pkey, hv, hn);
+	SetUserIdAndSecContext(save_userid, save_sec_context);
+
+	index_close(history_pkey, NoLock);
+	index_close(leases_pkey, NoLock);
+	table_close(history, NoLock);
+	table_close(leases, NoLock);
+	return true;
+}
+
 void
 le_store_insert(const char *name, const LeIdentity *who, int64 term,
 				TimestampTz now, TimestampTz expires)
@@ -1060,6 +1193,13 @@ le_store_insert(const char *name, const LeIdentity *who, int64 term,
 	le_holder_details(&v[8], &v[9], &v[10], &n[10], &v[11], &n[11]);
 	v[12] = BoolGetDatum(who->session_bound);
 	v[13] = Int32GetDatum(MyProcPid);
+
+	if (with_history && le_store_insert_direct(v, n))
+	{
+		le_history_trim_in_own_call(name);
+		le_store_note_grant(name, who, GetUserId(), term, expires);
+		return;
+	}
 
 	le_spi_begin(&call);
 	if (with_history && le_rels.fast_path_ok)
@@ -1633,19 +1773,46 @@ le_new_lock_key(PG_FUNCTION_ARGS)
  * most history_max_terms terms, unless the grant's look at the history
  * (le_store_history_max_term) showed the name below the limit.
  */
+/*
+ * Could the name have more than history_max_terms rows once this grant's
+ * is added?  Known without a query when the grant counted them (the
+ * history's highest term, read by index, counts up to the limit).
+ */
+static bool
+le_history_needs_trim(const char *name)
+{
+	return le_history_counted < 0 || strcmp(le_history_counted_name, name) != 0 ||
+		le_history_counted + 1 > le_history_max_terms;
+}
+
 static void
 le_history_trim(const char *name)
 {
 	Datum		trim[2];
 
-	if (le_history_counted < 0 || strcmp(le_history_counted_name, name) != 0 ||
-		le_history_counted + 1 > le_history_max_terms)
+	if (le_history_needs_trim(name))
 	{
 		trim[0] = CStringGetTextDatum(name);
 		trim[1] = Int64GetDatum((int64) le_history_max_terms);
 		le_spi_run(STMT_HISTORY_TRIM, trim, NULL, false);
 	}
 	le_history_counted = -1;
+}
+
+/* le_history_trim outside any SPI call of this file: connects if it must. */
+static void
+le_history_trim_in_own_call(const char *name)
+{
+	LeSpiCall	call;
+
+	if (!le_history_needs_trim(name))
+	{
+		le_history_counted = -1;
+		return;
+	}
+	le_spi_begin(&call);
+	le_history_trim(name);
+	le_spi_end(&call);
 }
 
 /* Record the start of a term, keeping at most history_max_terms per name. */

@@ -1,0 +1,236 @@
+/*-------------------------------------------------------------------------
+ *
+ * direct_write.c
+ *	  Inserting a row without the executor, keeping what the executor keeps.
+ *
+ * A grant of a new name inserts two rows (the lease and its term's history
+ * row).  Through SPI, most of its CPU went to starting the executor for
+ * them: building the plan state, reading the history's CHECK constraint
+ * from its catalog text again on every call, opening the indexes.  Under
+ * a storm of grants that cost is what stands between a grant and the speed
+ * of an ordinary one-row INSERT (bench/grants.sh, T8).
+ *
+ * le_direct_insert() does what the executor's INSERT does for a table of
+ * the shape le_direct_insert_allowed() accepts, and nothing else:
+ *
+ *	  - NOT NULL: every column marked NOT NULL, whoever marked it, is
+ *		checked (23502), before anything is written;
+ *	  - CHECK: every CHECK constraint of the table, whoever added it, is
+ *		evaluated on the new row (23514), with the expressions kept per
+ *		backend until the table's relcache entry is invalidated;
+ *	  - the heap tuple (heap_insert: WAL, statistics, SERIALIZABLE's
+ *		conflict checks) and the entry of the table's only index, with the
+ *		unique check (23505, waiting for an in-progress conflicting insert
+ *		as the executor does).
+ *
+ * What it does not do is why le_direct_insert_allowed() exists: other
+ * indexes, triggers, rules, row-level security that applies to the
+ * writer, stored generated columns, partitions and other table access
+ * methods send the caller back to SQL, which keeps all of them.  The caller
+ * opens the relations with RowExclusiveLock and asks again after locking
+ * (DDL committed in between is seen only then), and makes sure the row's
+ * values have the table's column types.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/genam.h"
+#include "access/heapam.h"
+#include "access/htup_details.h"
+#include "access/xact.h"
+#include "catalog/index.h"
+#include "catalog/pg_am.h"
+#include "catalog/pg_class.h"
+#include "executor/executor.h"
+#include "nodes/readfuncs.h"
+#include "optimizer/optimizer.h"
+#include "utils/inval.h"
+#include "utils/memutils.h"
+#include "utils/rel.h"
+
+#include "leader_election.h"
+
+/*
+ * The planned CHECK expressions of one relation, kept until its relcache
+ * entry is invalidated.  One relation is enough: only the history table
+ * is written this way with CHECK constraints.
+ */
+typedef struct LeCheckCache
+{
+	Oid			relid;			/* InvalidOid: nothing kept */
+	MemoryContext cxt;
+	int			n;
+	Expr	  **exprs;
+	char	  **names;
+} LeCheckCache;
+
+static LeCheckCache le_checks;
+static bool le_checks_callback_registered = false;
+
+static void
+le_checks_forget(void)
+{
+	if (le_checks.cxt != NULL)
+		MemoryContextDelete(le_checks.cxt);
+	memset(&le_checks, 0, sizeof(le_checks));
+}
+
+static void
+le_checks_invalidate(Datum arg, Oid relid)
+{
+	if (relid == InvalidOid || relid == le_checks.relid)
+		le_checks_forget();
+}
+
+/* The relation's CHECK expressions, planned (from the cache when kept). */
+static void
+le_checks_load(Relation rel)
+{
+	TupleConstr *constr = RelationGetDescr(rel)->constr;
+	MemoryContext old;
+
+	if (le_checks.relid == RelationGetRelid(rel))
+		return;
+	if (!le_checks_callback_registered)
+	{
+		CacheRegisterRelcacheCallback(le_checks_invalidate, (Datum) 0);
+		le_checks_callback_registered = true;
+	}
+	le_checks_forget();
+	le_checks.cxt = AllocSetContextCreate(CacheMemoryContext,
+										  "leader_election CHECK constraints",
+										  ALLOCSET_SMALL_SIZES);
+	old = MemoryContextSwitchTo(le_checks.cxt);
+	le_checks.n = constr == NULL ? 0 : constr->num_check;
+	le_checks.exprs = palloc0(sizeof(Expr *) * Max(le_checks.n, 1));
+	le_checks.names = palloc0(sizeof(char *) * Max(le_checks.n, 1));
+	for (int i = 0; i < le_checks.n; i++)
+	{
+		le_checks.exprs[i] = expression_planner(stringToNode(constr->check[i].ccbin));
+		le_checks.names[i] = pstrdup(constr->check[i].ccname);
+	}
+	MemoryContextSwitchTo(old);
+	/* Kept only once complete: an error above leaves nothing half-built. */
+	le_checks.relid = RelationGetRelid(rel);
+}
+
+/* 23502 for a NULL in a NOT NULL column, as the executor reports it. */
+static void
+le_check_not_null(Relation rel, const bool *nulls)
+{
+	TupleDesc	desc = RelationGetDescr(rel);
+
+	for (int i = 0; i < desc->natts; i++)
+	{
+		Form_pg_attribute att = TupleDescAttr(desc, i);
+
+		if (att->attnotnull && !att->attisdropped && nulls[i])
+			ereport(ERROR,
+					(errcode(ERRCODE_NOT_NULL_VIOLATION),
+					 errmsg("null value in column \"%s\" of relation \"%s\" violates not-null constraint",
+							NameStr(att->attname), RelationGetRelationName(rel)),
+					 errtablecol(rel, i + 1)));
+	}
+}
+
+/* 23514 for a CHECK constraint the row fails (NULL passes, as in SQL). */
+static void
+le_check_constraints(Relation rel, HeapTuple tup)
+{
+	TupleTableSlot *slot;
+	ExprContext *econtext;
+
+	le_checks_load(rel);
+	if (le_checks.n == 0)
+		return;
+	slot = MakeSingleTupleTableSlot(RelationGetDescr(rel), &TTSOpsHeapTuple);
+	ExecStoreHeapTuple(tup, slot, false);
+	econtext = CreateStandaloneExprContext();
+	econtext->ecxt_scantuple = slot;
+	for (int i = 0; i < le_checks.n; i++)
+	{
+		ExprState  *state = ExecInitExpr(le_checks.exprs[i], NULL);
+
+		if (!ExecCheck(state, econtext))
+			ereport(ERROR,
+					(errcode(ERRCODE_CHECK_VIOLATION),
+					 errmsg("new row for relation \"%s\" violates check constraint \"%s\"",
+							RelationGetRelationName(rel), le_checks.names[i]),
+					 errtableconstraint(rel, le_checks.names[i])));
+	}
+	FreeExprContext(econtext, true);
+	ExecDropSingleTupleTableSlot(slot);
+}
+
+/*
+ * May rows of rel be inserted by le_direct_insert(), maintaining index
+ * `only_index` itself?  A plain heap table whose only index is that one,
+ * with no trigger (unless the caller vouches for the ones there, as the
+ * lease cache's own: only_our_triggers), no rule, no row-level security
+ * that applies to its owner (FORCE), no stored generated column.
+ */
+bool
+le_direct_insert_allowed(Relation rel, Oid only_index, bool only_our_triggers)
+{
+	List	   *indexes;
+	bool		ok;
+
+	if (rel->rd_rel->relkind != RELKIND_RELATION ||
+		rel->rd_rel->relam != HEAP_TABLE_AM_OID ||
+		rel->rd_rel->relhassubclass ||
+		(rel->trigdesc != NULL && !only_our_triggers) ||
+		rel->rd_rules != NULL ||
+		(rel->rd_rel->relrowsecurity && rel->rd_rel->relforcerowsecurity) ||
+		(rel->rd_att->constr != NULL && rel->rd_att->constr->has_generated_stored))
+		return false;
+	indexes = RelationGetIndexList(rel);
+	ok = OidIsValid(only_index) && list_length(indexes) == 1 &&
+		linitial_oid(indexes) == only_index;
+	list_free(indexes);
+	if (ok)
+	{
+		/* Keys are plain columns (le_direct_insert copies them), no predicate. */
+		Relation	idx = index_open(only_index, AccessShareLock);
+
+		ok = idx->rd_index->indisvalid && idx->rd_index->indisready &&
+			RelationGetIndexExpressions(idx) == NIL &&
+			RelationGetIndexPredicate(idx) == NIL;
+		for (int i = 0; ok && i < idx->rd_index->indnatts; i++)
+			ok = idx->rd_index->indkey.values[i] > 0;
+		index_close(idx, NoLock);
+	}
+	return ok;
+}
+
+/*
+ * Insert one row (values/nulls in table column order) into rel and its
+ * only index idx, as INSERT would.  Caller: relations locked with
+ * RowExclusiveLock, le_direct_insert_allowed() true under that lock.  The
+ * row is visible to the next command of this transaction.
+ */
+void
+le_direct_insert(Relation rel, Relation idx, Datum *values, bool *nulls)
+{
+	HeapTuple	tup;
+	Datum		keys[INDEX_MAX_KEYS];
+	bool		key_nulls[INDEX_MAX_KEYS];
+	int			nkeys = idx->rd_index->indnatts;
+
+	le_check_not_null(rel, nulls);
+	tup = heap_form_tuple(RelationGetDescr(rel), values, nulls);
+	le_check_constraints(rel, tup);
+	heap_insert(rel, tup, GetCurrentCommandId(true), 0, NULL);
+	for (int i = 0; i < nkeys; i++)
+	{
+		AttrNumber	att = idx->rd_index->indkey.values[i];
+
+		keys[i] = values[att - 1];
+		key_nulls[i] = nulls[att - 1];
+	}
+	index_insert(idx, keys, key_nulls, &tup->t_self, rel,
+				 idx->rd_index->indisunique ? UNIQUE_CHECK_YES : UNIQUE_CHECK_NO,
+				 false, BuildIndexInfo(idx));
+	heap_freetuple(tup);
+	CommandCounterIncrement();
+}
