@@ -412,7 +412,7 @@ DROP INDEX leader_election.history_holder_idx;
 -- A column whose type was changed: the row is still written with the
 -- table's types (rolled back here).
 BEGIN;
-ALTER TABLE leader_election.history ALTER COLUMN holder_pid TYPE bigint;
+ALTER TABLE leader_election.history ALTER COLUMN holder_pid TYPE numeric;
 SELECT try_acquire_leader('hp', '1 hour', 'h1') AS granted;
 SELECT holder_pid = pg_backend_pid() AS right_pid
 FROM leader_election.history WHERE name = 'hp';
