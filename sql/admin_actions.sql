@@ -409,6 +409,41 @@ SELECT try_acquire_leader('hi', '1 hour', 'h1') AS granted;
 COMMIT;
 SELECT bt_index_check('leader_election.history_holder_idx', true);
 DROP INDEX leader_election.history_holder_idx;
+-- A CHECK whose function changes the table's catalog entry while it runs
+-- (a GRANT: every backend drops what it kept of the table), next to a
+-- second CHECK: both are still evaluated.
+CREATE FUNCTION public.le_regrant(h text) RETURNS boolean LANGUAGE plpgsql AS $$
+BEGIN
+    EXECUTE 'GRANT SELECT ON leader_election.history TO PUBLIC';
+    RETURN h <> 'bad';
+END $$;
+ALTER TABLE leader_election.history ADD CONSTRAINT a_regrant
+    CHECK (public.le_regrant(holder)) NOT VALID;
+ALTER TABLE leader_election.history ADD CONSTRAINT b_no_evil
+    CHECK (holder <> 'evil') NOT VALID;
+SELECT pg_temp.try($$SELECT try_acquire_leader('hg1', '1 hour', 'bad')$$) AS bad_holder,
+       pg_temp.try($$SELECT try_acquire_leader('hg2', '1 hour', 'evil')$$) AS evil_holder,
+       pg_temp.try($$SELECT try_acquire_leader('hg3', '1 hour', 'good')$$) AS good_holder;
+SELECT name, holder FROM leader_election.history WHERE name LIKE 'hg%' ORDER BY name;
+ALTER TABLE leader_election.history DROP CONSTRAINT a_regrant, DROP CONSTRAINT b_no_evil;
+DROP FUNCTION public.le_regrant(text);
+-- A CHECK calling a SQL function that is then replaced: the new body applies.
+CREATE FUNCTION public.le_holder_ok(h text) RETURNS boolean LANGUAGE sql
+    AS $$ SELECT h <> 'x1' $$;
+ALTER TABLE leader_election.history ADD CONSTRAINT holder_ok
+    CHECK (public.le_holder_ok(holder)) NOT VALID;
+SELECT try_acquire_leader('hf1', '1 hour', 'y2') AS before_the_replacement;
+CREATE OR REPLACE FUNCTION public.le_holder_ok(h text) RETURNS boolean LANGUAGE sql
+    AS $$ SELECT h <> 'y2' $$;
+SELECT pg_temp.try($$SELECT try_acquire_leader('hf2', '1 hour', 'y2')$$) AS after_the_replacement;
+ALTER TABLE leader_election.history DROP CONSTRAINT holder_ok;
+DROP FUNCTION public.le_holder_ok(text);
+-- A column default fills what the grant leaves out (rolled back here).
+BEGIN;
+ALTER TABLE leader_election.history ALTER COLUMN ended_at SET DEFAULT '2000-01-01 00:00+00';
+SELECT try_acquire_leader('hd', '1 hour', 'h1') AS granted;
+SELECT ended_at FROM leader_election.history WHERE name = 'hd';
+ROLLBACK;
 -- A column whose type was changed: the row is still written with the
 -- table's types (rolled back here).
 BEGIN;

@@ -25,8 +25,10 @@
  *
  * What it does not do is why le_direct_insert_allowed() exists: other
  * indexes, triggers, rules, row-level security that applies to the
- * writer, stored generated columns, partitions and other table access
- * methods send the caller back to SQL, which keeps all of them.  The caller
+ * writer, column defaults, identity and generated columns, type
+ * modifiers, partitions (either side) and other table access methods send
+ * the caller back to SQL, which keeps all of them.  Unlike the executor's,
+ * its constraint errors carry no "Failing row contains" detail.  The caller
  * opens the relations with RowExclusiveLock and asks again after locking
  * (DDL committed in between is seen only then), and makes sure the row's
  * values have the table's column types.
@@ -46,6 +48,7 @@
 #include "nodes/readfuncs.h"
 #include "optimizer/optimizer.h"
 #include "utils/inval.h"
+#include "utils/syscache.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
 
@@ -83,6 +86,17 @@ le_checks_invalidate(Datum arg, Oid relid)
 		le_checks_forget();
 }
 
+/*
+ * Planning inlines SQL functions and folds calls with constant arguments,
+ * so a replaced function must be planned again: any change to pg_proc
+ * drops the kept expressions (as the plan cache does for its plans).
+ */
+static void
+le_checks_function_changed(Datum arg, int cacheid, uint32 hashvalue)
+{
+	le_checks_forget();
+}
+
 /* The relation's CHECK expressions, planned (from the cache when kept). */
 static void
 le_checks_load(Relation rel)
@@ -95,6 +109,7 @@ le_checks_load(Relation rel)
 	if (!le_checks_callback_registered)
 	{
 		CacheRegisterRelcacheCallback(le_checks_invalidate, (Datum) 0);
+		CacheRegisterSyscacheCallback(PROCOID, le_checks_function_changed, (Datum) 0);
 		le_checks_callback_registered = true;
 	}
 	le_checks_forget();
@@ -134,30 +149,48 @@ le_check_not_null(Relation rel, const bool *nulls)
 	}
 }
 
-/* 23514 for a CHECK constraint the row fails (NULL passes, as in SQL). */
+/*
+ * 23514 for a CHECK constraint the row fails (NULL passes, as in SQL).
+ * The kept expressions are copied before any is run: a constraint's
+ * functions may do anything, including invalidating the kept ones (an
+ * ANALYZE or GRANT of the table, a nested grant of another new name).
+ */
 static void
 le_check_constraints(Relation rel, HeapTuple tup)
 {
+	TupleConstr *constr = RelationGetDescr(rel)->constr;
 	TupleTableSlot *slot;
 	ExprContext *econtext;
+	int			n;
+	Expr	  **exprs;
+	char	  **names;
 
-	le_checks_load(rel);
-	if (le_checks.n == 0)
+	if (constr == NULL || constr->num_check == 0)
 		return;
+	le_checks_load(rel);
+	n = le_checks.n;
+	exprs = palloc(sizeof(Expr *) * n);
+	names = palloc(sizeof(char *) * n);
+	for (int i = 0; i < n; i++)
+	{
+		exprs[i] = copyObject(le_checks.exprs[i]);
+		names[i] = pstrdup(le_checks.names[i]);
+	}
+
 	slot = MakeSingleTupleTableSlot(RelationGetDescr(rel), &TTSOpsHeapTuple);
 	ExecStoreHeapTuple(tup, slot, false);
 	econtext = CreateStandaloneExprContext();
 	econtext->ecxt_scantuple = slot;
-	for (int i = 0; i < le_checks.n; i++)
+	for (int i = 0; i < n; i++)
 	{
-		ExprState  *state = ExecInitExpr(le_checks.exprs[i], NULL);
+		ExprState  *state = ExecInitExpr(exprs[i], NULL);
 
 		if (!ExecCheck(state, econtext))
 			ereport(ERROR,
 					(errcode(ERRCODE_CHECK_VIOLATION),
 					 errmsg("new row for relation \"%s\" violates check constraint \"%s\"",
-							RelationGetRelationName(rel), le_checks.names[i]),
-					 errtableconstraint(rel, le_checks.names[i])));
+							RelationGetRelationName(rel), names[i]),
+					 errtableconstraint(rel, names[i])));
 	}
 	FreeExprContext(econtext, true);
 	ExecDropSingleTupleTableSlot(slot);
@@ -178,12 +211,22 @@ le_direct_insert_allowed(Relation rel, Oid only_index, bool only_our_triggers)
 
 	if (rel->rd_rel->relkind != RELKIND_RELATION ||
 		rel->rd_rel->relam != HEAP_TABLE_AM_OID ||
-		rel->rd_rel->relhassubclass ||
+		rel->rd_rel->relhassubclass || rel->rd_rel->relispartition ||
 		(rel->trigdesc != NULL && !only_our_triggers) ||
 		rel->rd_rules != NULL ||
 		(rel->rd_rel->relrowsecurity && rel->rd_rel->relforcerowsecurity) ||
 		(rel->rd_att->constr != NULL && rel->rd_att->constr->has_generated_stored))
 		return false;
+	/* Every column is written as given: nothing an INSERT would add or refuse. */
+	for (int i = 0; i < RelationGetDescr(rel)->natts; i++)
+	{
+		Form_pg_attribute att = TupleDescAttr(RelationGetDescr(rel), i);
+
+		if (!att->attisdropped &&
+			(att->atthasdef || att->attidentity != '\0' ||
+			 att->attgenerated != '\0' || att->atttypmod != -1))
+			return false;
+	}
 	indexes = RelationGetIndexList(rel);
 	ok = OidIsValid(only_index) && list_length(indexes) == 1 &&
 		linitial_oid(indexes) == only_index;
