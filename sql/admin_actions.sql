@@ -438,6 +438,15 @@ CREATE OR REPLACE FUNCTION public.le_holder_ok(h text) RETURNS boolean LANGUAGE 
 SELECT pg_temp.try($$SELECT try_acquire_leader('hf2', '1 hour', 'y2')$$) AS after_the_replacement;
 ALTER TABLE leader_election.history DROP CONSTRAINT holder_ok;
 DROP FUNCTION public.le_holder_ok(text);
+-- A CHECK through a domain that gains a constraint later: it applies.
+CREATE DOMAIN public.le_hdom AS text;
+ALTER TABLE leader_election.history ADD CONSTRAINT c_dom
+    CHECK ((holder::public.le_hdom) IS NOT NULL) NOT VALID;
+SELECT try_acquire_leader('dd1', '1 hour', 'abc') AS before_the_domain_check;
+ALTER DOMAIN public.le_hdom ADD CONSTRAINT no_zz CHECK (VALUE <> 'zz');
+SELECT pg_temp.try($$SELECT try_acquire_leader('dd2', '1 hour', 'zz')$$) AS after_the_domain_check;
+ALTER TABLE leader_election.history DROP CONSTRAINT c_dom;
+DROP DOMAIN public.le_hdom;
 -- A column default fills what the grant leaves out (rolled back here).
 BEGIN;
 ALTER TABLE leader_election.history ALTER COLUMN ended_at SET DEFAULT '2000-01-01 00:00+00';

@@ -5,8 +5,8 @@
  *
  * A grant of a new name inserts two rows (the lease and its term's history
  * row).  Through SPI, most of its CPU went to starting the executor for
- * them: building the plan state, reading the history's CHECK constraint
- * from its catalog text again on every call, opening the indexes.  Under
+ * them: building the plan state of the statement and its CTE, opening
+ * the indexes.  Under
  * a storm of grants that cost is what stands between a grant and the speed
  * of an ordinary one-row INSERT (bench/grants.sh, T8).
  *
@@ -16,8 +16,9 @@
  *	  - NOT NULL: every column marked NOT NULL, whoever marked it, is
  *		checked (23502), before anything is written;
  *	  - CHECK: every CHECK constraint of the table, whoever added it, is
- *		evaluated on the new row (23514), with the expressions kept per
- *		backend until the table's relcache entry is invalidated;
+ *		evaluated on the new row (23514), planned on every call as the
+ *		executor plans it (keeping them across calls went stale and was
+ *		freed under a running check: see le_check_constraints);
  *	  - the heap tuple (heap_insert: WAL, statistics, SERIALIZABLE's
  *		conflict checks) and the entry of the table's only index, with the
  *		unique check (23505, waiting for an in-progress conflicting insert
@@ -47,88 +48,10 @@
 #include "executor/executor.h"
 #include "nodes/readfuncs.h"
 #include "optimizer/optimizer.h"
-#include "utils/inval.h"
-#include "utils/syscache.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
 
 #include "leader_election.h"
-
-/*
- * The planned CHECK expressions of one relation, kept until its relcache
- * entry is invalidated.  One relation is enough: only the history table
- * is written this way with CHECK constraints.
- */
-typedef struct LeCheckCache
-{
-	Oid			relid;			/* InvalidOid: nothing kept */
-	MemoryContext cxt;
-	int			n;
-	Expr	  **exprs;
-	char	  **names;
-} LeCheckCache;
-
-static LeCheckCache le_checks;
-static bool le_checks_callback_registered = false;
-
-static void
-le_checks_forget(void)
-{
-	if (le_checks.cxt != NULL)
-		MemoryContextDelete(le_checks.cxt);
-	memset(&le_checks, 0, sizeof(le_checks));
-}
-
-static void
-le_checks_invalidate(Datum arg, Oid relid)
-{
-	if (relid == InvalidOid || relid == le_checks.relid)
-		le_checks_forget();
-}
-
-/*
- * Planning inlines SQL functions and folds calls with constant arguments,
- * so a replaced function must be planned again: any change to pg_proc
- * drops the kept expressions (as the plan cache does for its plans).
- */
-static void
-le_checks_function_changed(Datum arg, int cacheid, uint32 hashvalue)
-{
-	le_checks_forget();
-}
-
-/* The relation's CHECK expressions, planned (from the cache when kept). */
-static void
-le_checks_load(Relation rel)
-{
-	TupleConstr *constr = RelationGetDescr(rel)->constr;
-	MemoryContext old;
-
-	if (le_checks.relid == RelationGetRelid(rel))
-		return;
-	if (!le_checks_callback_registered)
-	{
-		CacheRegisterRelcacheCallback(le_checks_invalidate, (Datum) 0);
-		CacheRegisterSyscacheCallback(PROCOID, le_checks_function_changed, (Datum) 0);
-		le_checks_callback_registered = true;
-	}
-	le_checks_forget();
-	le_checks.cxt = AllocSetContextCreate(CacheMemoryContext,
-										  "leader_election CHECK constraints",
-										  ALLOCSET_SMALL_SIZES);
-	old = MemoryContextSwitchTo(le_checks.cxt);
-	le_checks.n = constr == NULL ? 0 : constr->num_check;
-	le_checks.exprs = palloc0(sizeof(Expr *) * Max(le_checks.n, 1));
-	le_checks.names = palloc0(sizeof(char *) * Max(le_checks.n, 1));
-	for (int i = 0; i < le_checks.n; i++)
-	{
-		le_checks.exprs[i] = expression_planner(stringToNode(constr->check[i].ccbin));
-		le_checks.names[i] = pstrdup(constr->check[i].ccname);
-	}
-	MemoryContextSwitchTo(old);
-	/* Kept only once complete: an error above leaves nothing half-built. */
-	le_checks.relid = RelationGetRelid(rel);
-}
 
 /* 23502 for a NULL in a NOT NULL column, as the executor reports it. */
 static void
@@ -151,30 +74,30 @@ le_check_not_null(Relation rel, const bool *nulls)
 
 /*
  * 23514 for a CHECK constraint the row fails (NULL passes, as in SQL).
- * The kept expressions are copied before any is run: a constraint's
- * functions may do anything, including invalidating the kept ones (an
- * ANALYZE or GRANT of the table, a nested grant of another new name).
+ * The expressions are read from the relcache's text and planned on every
+ * call, in the call's memory, as the executor does: nothing is kept that a
+ * replaced function, a changed domain or an invalidation arriving during
+ * planning or evaluation could make stale or free under it.
  */
 static void
 le_check_constraints(Relation rel, HeapTuple tup)
 {
 	TupleConstr *constr = RelationGetDescr(rel)->constr;
-	TupleTableSlot *slot;
-	ExprContext *econtext;
-	int			n;
+	int			n = constr == NULL ? 0 : constr->num_check;
 	Expr	  **exprs;
 	char	  **names;
+	TupleTableSlot *slot;
+	ExprContext *econtext;
 
-	if (constr == NULL || constr->num_check == 0)
+	if (n == 0)
 		return;
-	le_checks_load(rel);
-	n = le_checks.n;
+	/* Copied first: running a constraint may rebuild the relcache entry. */
 	exprs = palloc(sizeof(Expr *) * n);
 	names = palloc(sizeof(char *) * n);
 	for (int i = 0; i < n; i++)
 	{
-		exprs[i] = copyObject(le_checks.exprs[i]);
-		names[i] = pstrdup(le_checks.names[i]);
+		exprs[i] = expression_planner(stringToNode(constr->check[i].ccbin));
+		names[i] = pstrdup(constr->check[i].ccname);
 	}
 
 	slot = MakeSingleTupleTableSlot(RelationGetDescr(rel), &TTSOpsHeapTuple);
