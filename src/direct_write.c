@@ -124,7 +124,9 @@ le_check_constraints(Relation rel, HeapTuple tup)
  * `only_index` itself?  A plain heap table whose only index is that one,
  * with no trigger (unless the caller vouches for the ones there, as the
  * lease cache's own: only_our_triggers), no rule, no row-level security
- * that applies to its owner (FORCE), no stored generated column.
+ * that applies to its owner (FORCE), not a partition or a parent, and no
+ * column that an INSERT would fill or coerce (default, identity, generated,
+ * type modifier).
  */
 bool
 le_direct_insert_allowed(Relation rel, Oid only_index, bool only_our_triggers)
