@@ -87,10 +87,9 @@ if [ ! -f "$stamp" ] || [ -n "$(find "$stamp" -mmin +720)" ] || [ "$(cat "$stamp
 fi
 versions=$(apt-cache "${apt_opts[@]}" showsrc "postgresql-$major" | sed -n 's/^Version: //p' | sort -Vru)
 if [ -n "$pinned" ]; then
-    grep -qx -- "$pinned" <<<"$versions" || { echo "build_pg.sh: postgresql-$major $pinned is not in $apt_dir/sources.list" >&2; exit 1; }
-    versions=$pinned
+    # (Not listed any more: only the known tarballs below can serve it.)
+    if grep -qx -- "$pinned" <<<"$versions"; then versions=$pinned; else versions=; fi
 fi
-[ -n "$versions" ] || { echo "build_pg.sh: no source package postgresql-$major in $apt_dir/sources.list" >&2; exit 1; }
 
 src=$cache/src-$(basename "$prefix")
 # The newest version whose files can be fetched (a suite's index may list a
@@ -113,6 +112,35 @@ for v in $versions; do
         break
     fi
 done
+# The archive's index can name a version its pool does not serve yet (seen:
+# trixie listing 17.12 while the pool still had only 17.11).  Then a known
+# earlier upstream tarball, checked against its SHA-256 as the archive
+# published it, is fetched from the pool directly.
+if [ -z "$newest" ]; then
+    while read -r fmajor fversion fsum; do
+        [ "$fmajor" = "$major" ] || continue
+        [ -z "$pinned" ] || [ "$pinned" = "$fversion" ] || continue
+        if [ -f "$prefix/.complete" ] && [ "$(cat "$prefix/.complete")" = "$fversion" ]; then
+            echo "$prefix/bin"
+            exit 0
+        fi
+        upstream=${fversion%%-*}
+        file=postgresql-${major}_$upstream.orig.tar.bz2
+        rm -rf "$src"
+        mkdir -p "$src"
+        id _apt >/dev/null 2>&1 && chown _apt "$src"
+        say "the archive serves no listed postgresql-$major; fetching $file (SHA-256 checked)"
+        if /usr/lib/apt/apt-helper download-file \
+               "http://deb.debian.org/debian/pool/main/p/postgresql-$major/$file" "$src/$file" "SHA256:$fsum" >&2; then
+            newest=$fversion
+            break
+        fi
+    done <<'KNOWN'
+15 15.18-0+deb12u1 11df0df97fe3ea4ba9a791faaf39cee1d2fe571e78885b5b55d8517d27c323b4
+17 17.11-0+deb13u1 dd27f2b3c59e73ed14aa3324901242bf69a032a6347805f274e6260322d42979
+18 18.6-3 555610c24d53e4316da5b7d3fc25c279d96856d5e0e23ee308c328c5fa881d9f
+KNOWN
+fi
 [ -n "$newest" ] || { echo "build_pg.sh: could not fetch any version of postgresql-$major" >&2; exit 1; }
 orig=$(ls "$src"/postgresql-"$major"_*.orig.tar.* | head -1)
 tar -C "$src" -xf "$orig"
