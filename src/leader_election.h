@@ -196,7 +196,8 @@ extern int64 le_store_count_names(Oid owner);
 extern bool le_store_schema_1_0(void);
 extern int64 le_store_terms_next(void);
 extern void le_store_advance_terms(int64 at_least);
-extern bool le_store_term_era_read(uint64 sysid, TimeLineID tli, int64 *first_term);
+extern bool le_store_term_era_read(uint64 sysid, TimeLineID tli, int64 *first_term,
+								   uint64 *rec_sysid, TimeLineID *rec_tli);
 extern bool le_store_record_term_era(uint64 sysid, TimeLineID tli, int64 first_term);
 extern int64 le_store_history_max_term(const char *name);
 extern void le_store_lock_key(uint8 *key);

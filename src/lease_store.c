@@ -1540,15 +1540,22 @@ le_store_advance_terms(int64 at_least)
 /*
  * Is leader_election.term_era exactly one row naming (sysid, tli)?  Read
  * without a lock; *first_term is the highest first_term of its rows (0 if
- * there are none).
+ * there are none), and *rec_sysid, *rec_tli (if not NULL) name the server
+ * and timeline of that row (0 and 0 if there are none).
  */
 bool
-le_store_term_era_read(uint64 sysid, TimeLineID tli, int64 *first_term)
+le_store_term_era_read(uint64 sysid, TimeLineID tli, int64 *first_term,
+					   uint64 *rec_sysid, TimeLineID *rec_tli)
 {
 	LeSpiCall	call;
 	bool		same = false;
+	bool		any = false;
 
 	*first_term = 0;
+	if (rec_sysid)
+		*rec_sysid = 0;
+	if (rec_tli)
+		*rec_tli = 0;
 	le_spi_begin(&call);
 	if (SPI_execute("SELECT system_identifier, timeline, first_term FROM leader_election.term_era",
 					false, 0) != SPI_OK_SELECT)
@@ -1560,8 +1567,15 @@ le_store_term_era_read(uint64 sysid, TimeLineID tli, int64 *first_term)
 		Datum		d2 = SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2, &isnull[1]);
 		Datum		d3 = SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 3, &isnull[2]);
 
-		if (!isnull[2])
-			*first_term = Max(*first_term, DatumGetInt64(d3));
+		if (!isnull[2] && (!any || DatumGetInt64(d3) >= *first_term))
+		{
+			any = true;
+			*first_term = DatumGetInt64(d3);
+			if (rec_sysid)
+				*rec_sysid = isnull[0] ? 0 : (uint64) DatumGetInt64(d1);
+			if (rec_tli)
+				*rec_tli = isnull[1] ? 0 : (TimeLineID) DatumGetInt32(d2);
+		}
 		if (SPI_processed == 1)
 			same = !isnull[0] && !isnull[1] && (uint64) DatumGetInt64(d1) == sysid &&
 				(TimeLineID) DatumGetInt32(d2) == tli;

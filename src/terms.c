@@ -13,12 +13,18 @@
  *	  pg_upgrade), but a standby's copy may lag its primary's: commits that
  *	  never arrived.  So when a grant finds itself on another server or
  *	  timeline than the one recorded in leader_election.term_era, the counter
- *	  first jumps to the 2^32 era after the one the recorded server began
+ *	  first jumps to a later 2^32 era than the one the recorded server began
  *	  in.  The old server stays within its era (it would need 2^32 grants to
  *	  leave it: it jumps only when it finds itself elsewhere), so the new one
- *	  is above every term it could have issued.  Each backend remembers the
- *	  era it checked for its (server, timeline) and looks again when either
- *	  changes.
+ *	  is above every term it could have issued.  How much later: one era,
+ *	  or, on a later timeline of the recorded cluster (same system
+ *	  identifier), one era per timeline since the recorded one.  Servers
+ *	  promoted in between, whose era rows never reached this one (a cascaded
+ *	  standby promoted after the standby it followed, a restored backup),
+ *	  were on timelines between the two, each entering an era at most one
+ *	  per timeline above the recorded one, so this one is above them all.
+ *	  Each backend remembers the era it checked for its (server, timeline)
+ *	  and looks again when either changes.
  *
  *	  Rows without the counter.  Rows can arrive without it (logical
  *	  replication of the tables, a restore of some tables only), so a term
@@ -55,20 +61,29 @@ static uint64 le_era_sysid;
 static TimeLineID le_era_tli;
 
 /*
- * Make sure the counter is in an era of this server and timeline: the era
- * after the one the recorded server began at.  Grants that race here (all
- * of a failover's first grants) compute the same target, so the counter
- * jumps once; none waits for another (lease_store.c).
+ * Make sure the counter is in an era of this server and timeline: past the
+ * one the recorded server began at, by one era per timeline on a later
+ * timeline of the same cluster, else by one.  Grants that race here (all of
+ * a failover's first grants) compute the same target, so the counter jumps
+ * once; none waits for another (lease_store.c).
  */
 static void
 le_enter_era(uint64 sysid, TimeLineID tli)
 {
 	int64		first_term;
-	bool		same = le_store_term_era_read(sysid, tli, &first_term);
+	uint64		rec_sysid;
+	TimeLineID	rec_tli;
+	bool		same = le_store_term_era_read(sysid, tli, &first_term,
+											  &rec_sysid, &rec_tli);
 
 	if (!same)
 	{
-		int64		era = (first_term >> 32) + 1;
+		int64		step = 1;
+		int64		era;
+
+		if (rec_tli != 0 && rec_sysid == sysid && tli > rec_tli)
+			step = (int64) (tli - rec_tli);
+		era = (first_term >> 32) + step;
 
 		if (era >= (INT64CONST(1) << 31))
 			ereport(ERROR,
@@ -102,7 +117,7 @@ le_terms_prepare(void)
 	if (le_store_schema_1_0() ||
 		(le_era_known && le_era_sysid == sysid && le_era_tli == tli))
 		return;
-	if (le_store_term_era_read(sysid, tli, &first_term))
+	if (le_store_term_era_read(sysid, tli, &first_term, NULL, NULL))
 	{
 		le_era_known = true;
 		le_era_sysid = sysid;
