@@ -38,6 +38,7 @@ use File::Path qw(make_path);
 use HTTP::Tiny;
 use IPC::Run;
 use JSON::PP;
+use MIME::Base64 qw(encode_base64 decode_base64);
 use PostgreSQL::Test::Cluster;
 use Time::HiRes qw(time usleep clock_gettime CLOCK_MONOTONIC);
 
@@ -135,6 +136,52 @@ sub stop_etcd
 	_finish($self->{etcd}, 30);
 	delete $self->{etcd};
 	return;
+}
+
+# One key of this cluster's scope in etcd (v3 JSON gateway): the decoded
+# value, or undef if absent or etcd does not answer.
+sub dcs_get
+{
+	my ($self, $key) = @_;
+	my $r = $self->{http}->post("http://127.0.0.1:$self->{etcd_port}/v3/kv/range",
+		{ content => encode_json({ key => encode_base64("/service/$self->{scope}/$key", '') }) });
+	return undef unless $r->{success};
+	my $kv = eval { decode_json($r->{content})->{kvs} } or return undef;
+	return @$kv ? decode_base64($kv->[0]{value}) : undef;
+}
+
+sub dcs_delete
+{
+	my ($self, $key) = @_;
+	my $r = $self->{http}->post("http://127.0.0.1:$self->{etcd_port}/v3/kv/deleterange",
+		{ content => encode_json({ key => encode_base64("/service/$self->{scope}/$key", '') }) });
+	return $r->{success};
+}
+
+# Wait (up to $seconds) until Patroni's DCS names a synchronous standby.
+# Patroni 3.0 can leave its /sync key naming a former leader (seen when an
+# old primary won its leader key back after a split brain): the leader then
+# never records a synchronous standby, and refuses every switchover and
+# failover in synchronous mode.  After 20 s of that the harness deletes the
+# stale key, as an operator would, and the leader writes a fresh one within
+# a loop; such repairs are counted in {sync_key_resets}.
+sub wait_sync_standby
+{
+	my ($self, $seconds) = @_;
+	my $listed = sub {
+		my $m = $self->members;
+		grep { ($m->{$_}{role} // '') eq 'sync_standby' } keys %$m;
+	};
+	return 1 if _until($listed, 20);
+	my $leader = $self->leader;
+	my $sync = eval { decode_json($self->dcs_get('sync') // '{}') } // {};
+	if ($leader && defined $sync->{leader} && $sync->{leader} ne $leader->{name})
+	{
+		$self->{log}->("Patroni's /sync key names $sync->{leader}, the leader is $leader->{name}: key deleted");
+		$self->{sync_key_resets}++;
+		$self->dcs_delete('sync');
+	}
+	return _until($listed, $seconds - 20);
 }
 
 # ---- Patroni agents ----
@@ -416,10 +463,7 @@ sub set_sync
 	$self->wait_healthy($on) or die "the cluster did not settle with synchronous_mode=$v";
 	# Patroni promotes (and switches over to) only the standby its DCS
 	# lists as synchronous: wait until it does, not only PostgreSQL.
-	_until(sub {
-			my $m = $self->members;
-			!$on || grep { ($m->{$_}{role} // '') eq 'sync_standby' } keys %$m;
-		}, 120) or die 'Patroni never listed a synchronous standby';
+	!$on || $self->wait_sync_standby(120) or die 'Patroni never listed a synchronous standby';
 	return;
 }
 
@@ -433,19 +477,27 @@ sub fault
 	my %f = (kind => $kind, old => $old->{name}, start => mono_ns(), start_epoch => time());
 	if ($kind eq 'switchover')
 	{
-		# In synchronous mode only the synchronous standby may take over:
-		# asked of the primary (the agents' view of it may lag).
+		# In synchronous mode only the synchronous standby may take over.
 		# Patroni refuses a candidate its DCS does not list as synchronous
 		# yet (patronictl still exits 0): try again until the primary moved.
 		$f{start} = mono_ns();
 		for my $try (1 .. 5)
 		{
+			$self->wait_sync_standby(60) if $sync;
 			my $cand;
 			_until(sub {
-					($cand) = $sync
-					  ? grep { $_ } split /,/, ($self->sql($old,
+					if (!$sync)
+					{
+						($cand) = sort grep { $_ ne $old->{name} } map { $_->{name} } $self->nodes;
+						return defined $cand;
+					}
+					# Patroni checks the candidate against its DCS: the
+					# standby it lists as synchronous, else the primary's.
+					my $m = $self->members;
+					($cand) = grep { ($m->{$_}{role} // '') eq 'sync_standby' } sort keys %$m;
+					($cand) = grep { $_ } split /,/, ($self->sql($old,
 						q{SELECT string_agg(application_name, ',') FROM pg_stat_replication WHERE sync_state = 'sync'}, 10) // '')
-					  : sort grep { $_ ne $old->{name} } map { $_->{name} } $self->nodes;
+					  unless defined $cand;
 					defined $cand;
 				}, 60) or die 'no synchronous standby to switch over to';
 			eval { $self->patronictl('switchover', '--leader', $old->{name}, '--candidate', $cand, '--force'); 1 }
@@ -508,13 +560,10 @@ sub fault
 	else { die "unknown fault $kind"; }
 	$self->wait_healthy($sync) or die "the cluster did not heal after $kind";
 	$f{heal} = mono_ns();
-	# Give Patroni up to 60 s to record the synchronous standby in its DCS
-	# too (it promotes nobody else in strict mode); it may not, after an
-	# old primary won its key back.
-	_until(sub {
-			my $m = $self->members;
-			grep { ($m->{$_}{role} // '') eq 'sync_standby' } keys %$m;
-		}, 60) if $sync;
+	# Patroni must record the synchronous standby in its DCS too (it
+	# promotes nobody else in strict mode).
+	$self->wait_sync_standby(60) or $self->{log}->("$kind: Patroni lists no synchronous standby")
+	  if $sync;
 	$f{heal_epoch} = time();
 	$f{new} = $self->leader->{name};
 	$self->{log}->(sprintf('fault %s: primary %s -> %s, healed after %.1f s%s',
