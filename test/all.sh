@@ -31,6 +31,9 @@
 #   LE_PATRONI=0         without the Patroni + etcd failover test
 #                        (test/t/400_patroni.pl: PostgreSQL 15 only, about
 #                        4 minutes; LE_PATRONI_LONG=1 runs its long mode)
+#   LE_README_TABLE=1    write the table of majors this run tested into
+#                        README.md (test/lib/majors_table.py); it is
+#                        printed after the summary either way
 #   LE_KEEP=1            keep the scratch directories
 set -euo pipefail
 
@@ -42,7 +45,7 @@ if [ "${LE_ALL_MAJOR_RUN:-0}" != 1 ]; then
     majors=${LE_PG_MAJORS:-15 17 18}
     # pg_cron is packaged for Debian 12's PostgreSQL 15 only; its test
     # skips (with the reason) on the majors built from source.
-    total_passed=0 total_failed=0 summaries=()
+    total_passed=0 total_failed=0 summaries=() table_rows=()
     # patroni, etcd-server, etcd-client, python3-etcd: test/t/400_patroni.pl.
     le_install_packages pgbouncer "postgresql-$LE_PG_MAJOR-cron" faketime python3 python3-psycopg2 \
         $([ "${LE_PATRONI:-1}" != 0 ] && echo patroni etcd-server etcd-client python3-etcd) \
@@ -83,6 +86,7 @@ if [ "${LE_ALL_MAJOR_RUN:-0}" != 1 ]; then
         elif ! bin=$(bash "$here/lib/build_pg.sh" "$m"); then
             total_failed=$((total_failed + 1))
             summaries+=("PostgreSQL $m: could not be built: suites: 0 passed, 1 failed")
+            table_rows+=("| $m | could not be built | - | - | - | - | - | 0 passed, 1 failed |")
             continue
         fi
         version=$("$bin/pg_config" --version | sed -E 's/^PostgreSQL ([^ ]+).*/\1/')
@@ -93,6 +97,14 @@ if [ "${LE_ALL_MAJOR_RUN:-0}" != 1 ]; then
         LE_ALL_MAJOR_RUN=1 LE_PACKAGES_DONE=1 LE_PG_MAJOR=$m LE_PG_BIN=$bin bash "$0" 2>&1 | tee "$log"
         set -e
         line=$(grep -E '^suites: [0-9]+ passed, [0-9]+ failed$' "$log" | tail -1)
+        if [ "$bin" = "/usr/lib/postgresql/$m/bin" ]; then
+            source_="Debian 12's package"
+        elif [ -f "${bin%/bin}/.complete" ]; then
+            source_="built from Debian's postgresql-$m $(cat "${bin%/bin}/.complete") source"
+        else
+            source_=$bin
+        fi
+        table_rows+=("$(python3 "$here/lib/majors_table.py" row "$version" "$source_" "$log")")
         rm -f "$log"
         if [ -z "$line" ]; then line="suites: 0 passed, 1 failed"; fi
         p=$(sed -E 's/^suites: ([0-9]+) passed.*/\1/' <<<"$line")
@@ -119,6 +131,16 @@ if [ "${LE_ALL_MAJOR_RUN:-0}" != 1 ]; then
         done
     fi
 
+    # The README's table of majors, as this run saw them.
+    if [ ${#table_rows[@]} -gt 0 ]; then
+        le_say "majors table (README.md; LE_README_TABLE=1 writes it there)"
+        printf '%s\n' "${table_rows[@]}"
+        if [ "${LE_README_TABLE:-0}" = 1 ]; then
+            printf '%s\n' "${table_rows[@]}" > "$LE_ROOT/.majors-table"
+            python3 "$here/lib/majors_table.py" readme "$LE_ROOT/README.md" "$LE_ROOT/.majors-table"
+            rm -f "$LE_ROOT/.majors-table"
+        fi
+    fi
     le_say "summary"
     printf '%s\n' "${summaries[@]}"
     echo "suites: $total_passed passed, $total_failed failed"
