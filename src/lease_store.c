@@ -824,10 +824,10 @@ static const LeStmtDef le_stmts[STMT_COUNT] = {
 		"WHERE name OPERATOR(pg_catalog.=) $1",
 		1, {TEXTOID}
 	},
-	/* Only forward: to at least $1. */
+	/* Only forward: to at least $1 (a no-op, nothing written, if there). */
 	[STMT_ADVANCE_TERMS] = {
-		"SELECT pg_catalog.setval('leader_election.terms', "
-		"GREATEST(s.last_value, $1)) FROM leader_election.terms AS s",
+		"SELECT pg_catalog.setval('leader_election.terms', $1) "
+		"FROM leader_election.terms AS s WHERE s.last_value OPERATOR(pg_catalog.<) $1",
 		1, {INT8OID}
 	},
 	[STMT_INFO_SET] = {
@@ -1500,19 +1500,39 @@ le_store_schema_1_0(void)
 	return le_rels.schema_1_0;
 }
 
-/* The counter's next value (nextval, as the caller: no privilege check). */
+/*
+ * The counter's next value (nextval, as the caller: no privilege check).
+ * Drawn holding the movers' lock in share mode, only around the nextval: a
+ * move reads the counter and then sets it, and a value drawn in between
+ * would be handed out again after the set.
+ */
 int64
 le_store_terms_next(void)
 {
+	LOCKTAG		tag;
+	volatile int64 term = 0;
+
 	le_store_load_rels();
-	return nextval_internal(le_rels.terms_seq, false);
+	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, 0, 0, LE_LOCKTAG_TERMS);
+	(void) LockAcquire(&tag, ShareLock, true, false);
+	PG_TRY();
+	{
+		term = nextval_internal(le_rels.terms_seq, false);
+	}
+	PG_FINALLY();
+	{
+		LockRelease(&tag, ShareLock, true);
+	}
+	PG_END_TRY();
+	return term;
 }
 
 /*
- * Move the counter forward to at least at_least.  Only ever forward, and one
- * mover at a time, so two moves cannot undo each other.  setval takes effect
- * at once, whatever becomes of the transaction, so the lock is held only
- * around it: nobody waits behind the mover's transaction.
+ * Move the counter forward to at least at_least.  Only ever forward, one
+ * mover at a time, and no value drawn while it moves (le_store_terms_next),
+ * so neither two moves nor a move and a draw can undo each other.  setval
+ * takes effect at once, whatever becomes of the transaction, so the lock is
+ * held only around it: nobody waits behind the mover's transaction.
  */
 void
 le_store_advance_terms(int64 at_least)

@@ -13,25 +13,31 @@
  *	  pg_upgrade), but a standby's copy may lag its primary's: commits that
  *	  never arrived.  So when a grant finds itself on another server or
  *	  timeline than the one recorded in leader_election.term_era, the counter
- *	  first jumps to a later 2^32 era than the one the recorded server began
- *	  in.  The old server stays within its era (it would need 2^32 grants to
- *	  leave it: it jumps only when it finds itself elsewhere), so the new one
- *	  is above every term it could have issued.  How much later: one era,
- *	  or, on a later timeline of the recorded cluster (same system
- *	  identifier), one era per timeline since the recorded one.  Servers
- *	  promoted in between, whose era rows never reached this one (a cascaded
- *	  standby promoted after the standby it followed, a restored backup),
- *	  were on timelines between the two, each entering an era at most one
- *	  per timeline above the recorded one, so this one is above them all.
+ *	  first jumps to a later 2^32 era than the recorded one.  The old server
+ *	  stays within that era (it would need 2^32 grants to leave it: it jumps
+ *	  only when it finds itself elsewhere, or when a row arriving without
+ *	  the counter carries it further, below, and then records the new era
+ *	  with the grant that drew from it), so the new one is above every term
+ *	  it could have issued.  How much later: on the
+ *	  recorded cluster (same system identifier), one era per timeline since
+ *	  the recorded one (at least one); on another cluster (a restore, an
+ *	  upgrade), as many eras as this timeline's number, since that cluster
+ *	  began at timeline 1.  Servers promoted in between whose era rows
+ *	  never reached this one (a cascaded standby promoted after the standby
+ *	  it followed, a restored backup, a standby cloned from a restored
+ *	  cluster before its first grant) were on timelines between the two,
+ *	  each at most one era per timeline above the base, so this one is
+ *	  above them all.
  *	  Each backend remembers the era it checked for its (server, timeline)
  *	  and looks again when either changes.
  *
  *	  Rows without the counter.  Rows can arrive without it (logical
  *	  replication of the tables, a restore of some tables only), so a term
  *	  is also above the name's row and its history; the counter then moves
- *	  up to it.  (Such a move can cross into a later era; a standby that had
- *	  not received it when promoted jumps only one era above what it has:
- *	  documented.)
+ *	  up to it.  (Such a move can cross into a later era, recorded with the
+ *	  first grant that commits a term there; a standby that had not
+ *	  received that commit when promoted jumps only one era above what it
+ *	  has: documented.)
  *
  * The counter only moves forward, one mover at a time (lease_store.c), and
  * no grant waits for another's transaction to make a move.
@@ -55,17 +61,20 @@
 #include "compat.h"
 #include "leader_election.h"
 
-/* The era this backend has checked, if any. */
+/* The era this backend has checked, if any, and its recorded first term. */
 static bool le_era_known = false;
 static uint64 le_era_sysid;
 static TimeLineID le_era_tli;
+static int64 le_era_base;
 
 /*
- * Make sure the counter is in an era of this server and timeline: past the
- * one the recorded server began at, by one era per timeline on a later
- * timeline of the same cluster, else by one.  Grants that race here (all of
- * a failover's first grants) compute the same target, so the counter jumps
- * once; none waits for another (lease_store.c).
+ * Make sure the counter is in an era of this server and timeline, past the
+ * recorded one: by one era per timeline since the recorded one on the same
+ * cluster (at least one), or by this timeline's number if the record is
+ * another cluster's (a restored or upgraded cluster starts at timeline 1).
+ * Grants that race here (all of a failover's first grants) read the same
+ * committed record and compute the same target, so the counter jumps once;
+ * none waits for another (lease_store.c).
  */
 static void
 le_enter_era(uint64 sysid, TimeLineID tli)
@@ -78,11 +87,13 @@ le_enter_era(uint64 sysid, TimeLineID tli)
 
 	if (!same)
 	{
-		int64		step = 1;
+		int64		step;
 		int64		era;
 
-		if (rec_tli != 0 && rec_sysid == sysid && tli > rec_tli)
-			step = (int64) (tli - rec_tli);
+		if (rec_tli != 0 && rec_sysid == sysid)
+			step = tli > rec_tli ? (int64) (tli - rec_tli) : 1;
+		else
+			step = (int64) tli; /* another cluster's record: ours began at 1 */
 		era = (first_term >> 32) + step;
 
 		if (era >= (INT64CONST(1) << 31))
@@ -100,6 +111,7 @@ le_enter_era(uint64 sysid, TimeLineID tli)
 	le_era_known = same;
 	le_era_sysid = sysid;
 	le_era_tli = tli;
+	le_era_base = first_term;
 }
 
 /*
@@ -122,6 +134,7 @@ le_terms_prepare(void)
 		le_era_known = true;
 		le_era_sysid = sysid;
 		le_era_tli = tli;
+		le_era_base = first_term;
 	}
 }
 
@@ -161,6 +174,17 @@ le_next_term(const char *name, int64 old_term)
 		le_store_advance_terms(floor);
 		term = le_store_terms_next();
 	}
+
+	/*
+	 * A term in a later era than the recorded one (the counter followed a
+	 * row that arrived without it): record that era too, so that a server
+	 * promoted after this commit reached it jumps past it.  Known again
+	 * once committed; if another transaction holds the record, a later
+	 * grant tries again.
+	 */
+	if (le_era_known && (term >> 32) > (le_era_base >> 32) &&
+		le_store_record_term_era(sysid, tli, (term >> 32) << 32))
+		le_era_known = false;
 	return term;
 }
 

@@ -12,9 +12,22 @@
 #      and grants; then a base backup of P taken before all that is
 #      restored with S's timeline history and ends recovery on timeline 3.
 #
-# In both, the last promoted server's first term must be above the terms
-# the other promoted server issued (1.1 before this fix re-issued them:
-# both servers entered "recorded era + 1").
+#   3. A counter carried beyond its recorded era by a row that arrived
+#      without it (a history row with a term of a later era, as logical
+#      replication of the table would bring): the promoted standby must
+#      jump past the counter's era, not the recorded one.
+#   4. A standby cloned from a restored cluster before the restored
+#      cluster's first grant: both read the dumped era row (another
+#      cluster's); the standby, promoted, must land above the restored
+#      primary's era.
+#   5. Many grants at once on a promoted node while the era's row is not
+#      yet committed (each grant then enters the era and may move the
+#      counter while others draw from it): every term distinct.
+#
+# In 1-4, the last promoted server's first term must be above the terms the
+# other server issued (1.1 before the fix re-issued them: each server
+# entered "recorded era + 1", and a move could set the counter back under
+# values drawn meanwhile).
 use strict;
 use warnings;
 use lib 'test/t';
@@ -115,5 +128,95 @@ my $r_term = grant_term($r, 'y_r', 'on-r');
 cmp_ok($r_term, '>', $s_term,
 	"the restored server's first term ($r_term) is above every term S issued ($s_term)");
 $r->stop;
+
+# ---- 3. a counter moved beyond its recorded era by a row ----
+my $q = le_node('q', allows_streaming => 1);
+$q->safe_psql('postgres', q{
+	INSERT INTO leader_election.history (name, term, holder, owner, session_bound, acquired_at)
+	VALUES ('z', 5 * 4294967296::bigint + 7, 'from-elsewhere', 'postgres', false, now());
+});
+my $q_first = grant_term($q, 'z', 'on-q');
+cmp_ok($q_first, '>', 5 * 2**32 + 7, "q's grant follows the row into era 5 ($q_first)");
+$q->backup('qb');
+my $qs = PostgreSQL::Test::Cluster->new('qs');
+$qs->init_from_backup($q, 'qb', has_streaming => 1);
+$qs->start;
+$q->wait_for_catchup($qs);
+$qs->stop;
+my $q_max = 0;
+for my $i (1 .. 40)
+{
+	my $t = grant_term($q, "z$i", 'on-q');
+	$q_max = $t if $t > $q_max;
+}
+$q->stop('immediate');
+$qs->start;
+$qs->promote;
+ok(le_poll($qs, 'SELECT NOT pg_is_in_recovery()'), 'the standby of q promoted');
+my $qs_term = grant_term($qs, 'zs', 'on-qs');
+cmp_ok($qs_term, '>', $q_max,
+	"the promoted standby's first term ($qs_term) is above every term q issued ($q_max)");
+$qs->stop;
+
+# ---- 4. a standby cloned from a restored cluster before its first grant ----
+my $o = le_node('o');
+grant_term($o, 'w', 'on-o');
+my $dump = PostgreSQL::Test::Utils::tempdir() . '/o.sql';
+$o->command_ok([ 'pg_dump', '-d', $o->connstr('postgres'), '-f', $dump ], 'pg_dump of o');
+$o->stop;
+my $n = PostgreSQL::Test::Cluster->new('n');
+$n->init(allows_streaming => 1);
+$n->append_conf('postgresql.conf', "shared_preload_libraries = 'leader_election'\nmax_connections = 30\n");
+$n->start;
+$n->command_ok([ 'psql', '-X', '-q', '-v', 'ON_ERROR_STOP=1', '-d', $n->connstr('postgres'), '-f', $dump ],
+	'o restored into n');
+$n->backup('nb');
+my $ns = PostgreSQL::Test::Cluster->new('ns');
+$ns->init_from_backup($n, 'nb', has_streaming => 1);
+$ns->start;
+$n->wait_for_catchup($ns);
+$ns->stop;
+my $n_max = 0;
+for my $i (1 .. 40)
+{
+	my $t = grant_term($n, "w$i", 'on-n');
+	$n_max = $t if $t > $n_max;
+}
+$n->stop('immediate');
+$ns->start;
+$ns->promote;
+ok(le_poll($ns, 'SELECT NOT pg_is_in_recovery()'), 'the standby of n promoted');
+my $ns_term = grant_term($ns, 'ws', 'on-ns');
+cmp_ok($ns_term, '>', $n_max,
+	"the promoted standby's first term ($ns_term) is above every term n issued ($n_max)");
+
+# ---- 5. first grants from many new connections at once, after a promotion ----
+my $ns2 = PostgreSQL::Test::Cluster->new('ns2');
+$ns->backup('nsb');
+$ns2->init_from_backup($ns, 'nsb', has_streaming => 1);
+$ns2->append_conf('postgresql.conf', "max_connections = 40\n");
+$ns2->start;
+$ns->wait_for_catchup($ns2);
+$ns->stop('immediate');
+$ns2->promote;
+ok(le_poll($ns2, 'SELECT NOT pg_is_in_recovery()'), 'a standby of the promoted standby promoted');
+# A first grant left open keeps the new era's row locked, so that every
+# grant finds the era unrecorded and moves the counter while the others
+# draw from it.
+my $open = le_session($ns2);
+$open->query_safe("BEGIN; SELECT try_acquire_leader('open', '10 min', 'o')");
+my $script = PostgreSQL::Test::Utils::tempdir() . '/grant.sql';
+PostgreSQL::Test::Utils::append_to_file($script,
+	"\\set r random(1, 1000000000)\n"
+	  . "SELECT try_acquire_leader('m' || :client_id || '_' || :r, '10 min', 'new');\n");
+$ns2->command_ok([ 'pgbench', '-n', '-c', '30', '-j', '2', '-t', '200', '-f', $script,
+		'-d', $ns2->connstr('postgres') ], '6000 grants of new names from 30 sessions');
+is($ns2->safe_psql('postgres', q{
+	SELECT count(*) || ' rows, ' || count(DISTINCT term) || ' distinct terms'
+	  FROM leader_election.history WHERE name LIKE 'm%'}),
+	'6000 rows, 6000 distinct terms', 'every grant drew a term of its own');
+$open->query_safe('COMMIT');
+le_quit($open);
+$ns2->stop;
 
 done_testing();
