@@ -82,10 +82,12 @@ SELECT pg_catalog.pg_extension_config_dump('leader_election.terms', '');
  * issued from the same counter, even commits that never reached this one.
  * first_term is where that server's era began: the jump goes to the era
  * after it, so grants that race to make the jump agree on where it lands.
- * Normally one row.  A restore adds the dumped row beside the one CREATE
- * EXTENSION made: anything but exactly one row naming this server and
- * timeline counts as another server (the jump uses the highest first_term),
- * and the jump rewrites it to one row.  Row-level security with no policy:
+ * Only the rows with the highest first_term count: the era is this
+ * server's if they all name this server and timeline (a restore adds the
+ * dumped row beside the one CREATE EXTENSION made: another server).  Every
+ * transaction that draws the first term of an era it does not see recorded
+ * inserts a row of its own (no grant waits for another's), and rows of
+ * earlier eras are removed as new ones are recorded.  Row-level security with no policy:
  * only its owner sees it (not pg_read_all_data).
  */
 CREATE TABLE leader_election.term_era (
@@ -94,7 +96,7 @@ CREATE TABLE leader_election.term_era (
     first_term        bigint NOT NULL
 );
 COMMENT ON TABLE leader_election.term_era IS
-    'One row: the server (system identifier) and timeline that last drew from leader_election.terms, and the term its era began at; a grant elsewhere first moves the counter to the next 2^32 era';
+    'The server (system identifier) and timeline that last drew from leader_election.terms, and the term its era began at (the rows with the highest first_term count); a grant elsewhere first moves the counter to a later 2^32 era';
 REVOKE ALL ON TABLE leader_election.term_era FROM PUBLIC;
 ALTER TABLE leader_election.term_era ENABLE ROW LEVEL SECURITY;
 SELECT pg_catalog.pg_extension_config_dump('leader_election.term_era', '');

@@ -197,8 +197,8 @@ extern bool le_store_schema_1_0(void);
 extern int64 le_store_terms_next(void);
 extern void le_store_advance_terms(int64 at_least);
 extern bool le_store_term_era_read(uint64 sysid, TimeLineID tli, int64 *first_term,
-								   uint64 *rec_sysid, TimeLineID *rec_tli);
-extern bool le_store_record_term_era(uint64 sysid, TimeLineID tli, int64 first_term);
+								   bool *foreign, TimeLineID *rec_tli);
+extern void le_store_record_term_era(uint64 sysid, TimeLineID tli, int64 first_term);
 extern int64 le_store_history_max_term(const char *name);
 extern void le_store_lock_key(uint8 *key);
 extern Oid	le_store_leases_relid(void);
@@ -279,6 +279,7 @@ extern bool le_waiter_outranked(const char *name, const char *barred);
 /* commit_rules.c */
 extern void le_commit_note_write(const char *name, TimestampTz expires_at);
 extern void le_commit_register_callbacks(void);
+extern void le_terms_register_callbacks(void);
 
 /* catalog_watch.c */
 extern void le_catalog_watch_install(void);

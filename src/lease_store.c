@@ -1558,27 +1558,32 @@ le_store_advance_terms(int64 at_least)
 }
 
 /*
- * Is leader_election.term_era exactly one row naming (sysid, tli)?  Read
- * without a lock; *first_term is the highest first_term of its rows (0 if
- * there are none), and *rec_sysid, *rec_tli (if not NULL) name the server
- * and timeline of that row (0 and 0 if there are none).
+ * What leader_election.term_era says about this server's era, read without
+ * a lock (committed rows and this transaction's own).  Each row records a
+ * server and timeline and the first term of an era it drew from; only the
+ * rows with the highest first_term matter (older ones are cleaned up by
+ * le_store_record_term_era).  *first_term is that highest first_term (0 if
+ * there are no rows).  Returns whether those rows all name (sysid, tli):
+ * the era is this server's.  Otherwise *foreign says whether one of them
+ * names another system identifier (or there are none), and *rec_tli is the
+ * lowest timeline among those naming this one.
  */
 bool
 le_store_term_era_read(uint64 sysid, TimeLineID tli, int64 *first_term,
-					   uint64 *rec_sysid, TimeLineID *rec_tli)
+					   bool *foreign, TimeLineID *rec_tli)
 {
 	LeSpiCall	call;
-	bool		same = false;
+	bool		same = true;
+	bool		other_sysid = false;
 	bool		any = false;
+	TimeLineID	lowest = 0;
 
 	*first_term = 0;
-	if (rec_sysid)
-		*rec_sysid = 0;
-	if (rec_tli)
-		*rec_tli = 0;
 	le_spi_begin(&call);
-	if (SPI_execute("SELECT system_identifier, timeline, first_term FROM leader_election.term_era",
-					false, 0) != SPI_OK_SELECT)
+	if (SPI_execute("SELECT system_identifier, timeline, first_term FROM leader_election.term_era "
+					"WHERE first_term OPERATOR(pg_catalog.=) "
+					"(SELECT pg_catalog.max(first_term) FROM leader_election.term_era)",
+					true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not read leader_election.term_era");
 	for (uint64 i = 0; i < SPI_processed; i++)
 	{
@@ -1586,59 +1591,54 @@ le_store_term_era_read(uint64 sysid, TimeLineID tli, int64 *first_term,
 		Datum		d1 = SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull[0]);
 		Datum		d2 = SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2, &isnull[1]);
 		Datum		d3 = SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 3, &isnull[2]);
+		uint64		row_sysid = isnull[0] ? 0 : (uint64) DatumGetInt64(d1);
+		TimeLineID	row_tli = isnull[1] ? 0 : (TimeLineID) DatumGetInt32(d2);
 
-		if (!isnull[2] && (!any || DatumGetInt64(d3) >= *first_term))
-		{
-			any = true;
+		any = true;
+		if (!isnull[2])
 			*first_term = DatumGetInt64(d3);
-			if (rec_sysid)
-				*rec_sysid = isnull[0] ? 0 : (uint64) DatumGetInt64(d1);
-			if (rec_tli)
-				*rec_tli = isnull[1] ? 0 : (TimeLineID) DatumGetInt32(d2);
-		}
-		if (SPI_processed == 1)
-			same = !isnull[0] && !isnull[1] && (uint64) DatumGetInt64(d1) == sysid &&
-				(TimeLineID) DatumGetInt32(d2) == tli;
+		if (row_sysid != sysid || row_tli != tli)
+			same = false;
+		if (row_sysid != sysid)
+			other_sysid = true;
+		else if (lowest == 0 || row_tli < lowest)
+			lowest = row_tli;
 	}
 	le_spi_end(&call);
-	return same;
+	if (foreign)
+		*foreign = other_sysid || !any;
+	if (rec_tli)
+		*rec_tli = lowest;
+	return any && same;
 }
 
 /*
- * Make leader_election.term_era the one row (sysid, tli, first_term), unless
- * another transaction is doing the same right now (its rows are locked):
- * then leave it to that one and return false.  Nobody waits.
+ * Record in leader_election.term_era that (sysid, tli) draws from the era
+ * beginning at first_term: a row of its own, inserted (so no grant waits
+ * for another's record, and each transaction that commits a term of a new
+ * era commits its record with it), then the rows of earlier eras that
+ * nobody holds are removed.
  */
-bool
+void
 le_store_record_term_era(uint64 sysid, TimeLineID tli, int64 first_term)
 {
 	LeSpiCall	call;
 	Datum		args[3];
 	Oid			types[3] = {INT8OID, INT4OID, INT8OID};
-	uint64		total;
-	bool		recorded = false;
 
 	args[0] = Int64GetDatum((int64) sysid);
 	args[1] = Int32GetDatum((int32) tli);
 	args[2] = Int64GetDatum(first_term);
 	le_spi_begin(&call);
-	if (SPI_execute("SELECT 1 FROM leader_election.term_era", false, 0) != SPI_OK_SELECT)
-		elog(ERROR, "could not read leader_election.term_era");
-	total = SPI_processed;
-	if (SPI_execute("SELECT 1 FROM leader_election.term_era FOR UPDATE SKIP LOCKED",
-					false, 0) != SPI_OK_SELECT)
-		elog(ERROR, "could not lock leader_election.term_era");
-	if (SPI_processed == total)
-	{
-		if (SPI_execute("DELETE FROM leader_election.term_era", false, 0) < 0 ||
-			SPI_execute_with_args("INSERT INTO leader_election.term_era "
-								  "(system_identifier, timeline, first_term) VALUES ($1, $2, $3)",
-								  3, types, args, NULL, false, 0) != SPI_OK_INSERT)
-			elog(ERROR, "could not record the term era");
-		recorded = true;
-	}
+	if (SPI_execute_with_args("INSERT INTO leader_election.term_era "
+							  "(system_identifier, timeline, first_term) VALUES ($1, $2, $3)",
+							  3, types, args, NULL, false, 0) != SPI_OK_INSERT ||
+		SPI_execute_with_args("DELETE FROM leader_election.term_era WHERE ctid OPERATOR(pg_catalog.=) ANY "
+							  "(SELECT e.ctid FROM leader_election.term_era AS e "
+							  " WHERE e.first_term OPERATOR(pg_catalog.<) $3 FOR UPDATE SKIP LOCKED)",
+							  3, types, args, NULL, false, 0) != SPI_OK_DELETE)
+		elog(ERROR, "could not record the term era");
 	le_spi_end(&call);
-	return recorded;
 }
 
 /*

@@ -16,9 +16,13 @@
  *	  first jumps to a later 2^32 era than the recorded one.  The old server
  *	  stays within that era (it would need 2^32 grants to leave it: it jumps
  *	  only when it finds itself elsewhere, or when a row arriving without
- *	  the counter carries it further, below, and then records the new era
- *	  with the grant that drew from it), so the new one is above every term
- *	  it could have issued.  How much later: on the
+ *	  the counter carries it further, below), so the new one is above every
+ *	  term it could have issued.  That needs the record to show every era a
+ *	  committed term is in: each transaction that draws a term of an era it
+ *	  does not see recorded (the first grants on a new server, a grant the
+ *	  counter carried further) inserts the era's row itself, committed or
+ *	  rolled back with the term; a backend forgets an era whose row it
+ *	  wrote in a (sub)transaction that aborted.  How much later: on the
  *	  recorded cluster (same system identifier), one era per timeline since
  *	  the recorded one (at least one); on another cluster (a restore, an
  *	  upgrade), as many eras as this timeline's number, since that cluster
@@ -34,10 +38,9 @@
  *	  Rows without the counter.  Rows can arrive without it (logical
  *	  replication of the tables, a restore of some tables only), so a term
  *	  is also above the name's row and its history; the counter then moves
- *	  up to it.  (Such a move can cross into a later era, recorded with the
- *	  first grant that commits a term there; a standby that had not
- *	  received that commit when promoted jumps only one era above what it
- *	  has: documented.)
+ *	  up to it.  (Such a move can cross into a later era, recorded by the
+ *	  grants that draw from it; a standby that had not received them when
+ *	  promoted jumps only one era above what it has: documented.)
  *
  * The counter only moves forward, one mover at a time (lease_store.c), and
  * no grant waits for another's transaction to make a move.
@@ -61,11 +64,27 @@
 #include "compat.h"
 #include "leader_election.h"
 
-/* The era this backend has checked, if any, and its recorded first term. */
+/*
+ * The era this backend has checked, if any: known means term_era's latest
+ * rows name (le_era_sysid, le_era_tli) as committed or written by this
+ * transaction; le_era_base is the first term of that era.  A row this
+ * backend wrote counts only while the (sub)transaction that wrote it can
+ * still commit: le_era_written_level is the deepest level that wrote one
+ * (0: none pending), and an abort at or above it forgets the era.
+ */
 static bool le_era_known = false;
 static uint64 le_era_sysid;
 static TimeLineID le_era_tli;
 static int64 le_era_base;
+static int	le_era_written_level = 0;
+
+static void
+le_era_record(uint64 sysid, TimeLineID tli, int64 first_term)
+{
+	le_store_record_term_era(sysid, tli, first_term);
+	le_era_base = first_term;
+	le_era_written_level = Max(le_era_written_level, GetCurrentTransactionNestLevel());
+}
 
 /*
  * Make sure the counter is in an era of this server and timeline, past the
@@ -74,26 +93,35 @@ static int64 le_era_base;
  * another cluster's (a restored or upgraded cluster starts at timeline 1).
  * Grants that race here (all of a failover's first grants) read the same
  * committed record and compute the same target, so the counter jumps once;
- * none waits for another (lease_store.c).
+ * each records the era with its own row, so none waits for another
+ * (lease_store.c).
  */
 static void
 le_enter_era(uint64 sysid, TimeLineID tli)
 {
 	int64		first_term;
-	uint64		rec_sysid;
+	bool		foreign;
 	TimeLineID	rec_tli;
 	bool		same = le_store_term_era_read(sysid, tli, &first_term,
-											  &rec_sysid, &rec_tli);
+											  &foreign, &rec_tli);
 
-	if (!same)
+	le_era_sysid = sysid;
+	le_era_tli = tli;
+	if (same)
+	{
+		le_era_known = true;
+		le_era_base = first_term;
+		return;
+	}
+	else
 	{
 		int64		step;
 		int64		era;
 
-		if (rec_tli != 0 && rec_sysid == sysid)
-			step = tli > rec_tli ? (int64) (tli - rec_tli) : 1;
-		else
+		if (foreign)
 			step = (int64) tli; /* another cluster's record: ours began at 1 */
+		else
+			step = tli > rec_tli ? (int64) (tli - rec_tli) : 1;
 		era = (first_term >> 32) + step;
 
 		if (era >= (INT64CONST(1) << 31))
@@ -101,17 +129,13 @@ le_enter_era(uint64 sysid, TimeLineID tli)
 					(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
 					 errmsg("the term counter has no era left")));
 		le_store_advance_terms(era << 32);
-		(void) le_store_record_term_era(sysid, tli, era << 32);
+		le_era_record(sysid, tli, era << 32);
+		le_era_known = true;
 		ereport(LOG,
 				(errmsg("leader_election: terms in database \"%s\" move to a new era on timeline %u",
 						get_database_name(MyDatabaseId), tli),
 				 errdetail("The term counter was last used on another server or timeline; new terms start above every term it could have issued.")));
 	}
-	/* Known once it is committed; until then each grant looks again. */
-	le_era_known = same;
-	le_era_sysid = sysid;
-	le_era_tli = tli;
-	le_era_base = first_term;
 }
 
 /*
@@ -177,15 +201,52 @@ le_next_term(const char *name, int64 old_term)
 
 	/*
 	 * A term in a later era than the recorded one (the counter followed a
-	 * row that arrived without it): record that era too, so that a server
-	 * promoted after this commit reached it jumps past it.  Known again
-	 * once committed; if another transaction holds the record, a later
-	 * grant tries again.
+	 * row that arrived without it): record that era with this grant, so
+	 * that no term is committed in an era term_era does not show.
 	 */
-	if (le_era_known && (term >> 32) > (le_era_base >> 32) &&
-		le_store_record_term_era(sysid, tli, (term >> 32) << 32))
-		le_era_known = false;
+	if ((term >> 32) > (le_era_base >> 32))
+		le_era_record(sysid, tli, (term >> 32) << 32);
 	return term;
+}
+
+/* An aborted (sub)transaction takes the era rows it wrote with it. */
+static void
+le_terms_xact_callback(XactEvent event, void *arg)
+{
+	/* (A prepared transaction may still be rolled back: forget it too.) */
+	if (event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT ||
+		event == XACT_EVENT_PREPARE)
+	{
+		if (le_era_written_level > 0)
+			le_era_known = false;
+		le_era_written_level = 0;
+	}
+	else if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_PARALLEL_COMMIT)
+		le_era_written_level = 0;
+}
+
+static void
+le_terms_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
+						  SubTransactionId parentSubid, void *arg)
+{
+	int			level = GetCurrentTransactionNestLevel();
+
+	if (le_era_written_level == 0 || le_era_written_level < level)
+		return;
+	if (event == SUBXACT_EVENT_ABORT_SUB)
+	{
+		le_era_known = false;
+		le_era_written_level = level - 1;	/* an outer level may have written */
+	}
+	else if (event == SUBXACT_EVENT_COMMIT_SUB)
+		le_era_written_level = level - 1;
+}
+
+void
+le_terms_register_callbacks(void)
+{
+	RegisterXactCallback(le_terms_xact_callback, NULL);
+	RegisterSubXactCallback(le_terms_subxact_callback, NULL);
 }
 
 /*

@@ -23,6 +23,13 @@
 #   5. Many grants at once on a promoted node while the era's row is not
 #      yet committed (each grant then enters the era and may move the
 #      counter while others draw from it): every term distinct.
+#   6-8. No term may be committed in an era that term_era does not show,
+#      or a copy started later (a backup restored onto a new timeline, a
+#      dump restored) jumps into an era its source already uses: the first
+#      grant on a new timeline following a row into a later era; a session
+#      whose era record was rolled back with its transaction, granting on;
+#      a grant drawing from a later era while the transaction that moved
+#      the counter there is still open, and then rolls back.
 #
 # In 1-4, the last promoted server's first term must be above the terms the
 # other server issued (1.1 before the fix re-issued them: each server
@@ -41,6 +48,43 @@ sub timeline
 {
 	my ($node) = @_;
 	return $node->safe_psql('postgres', 'SELECT timeline FROM leader_election.server_identity()');
+}
+
+# A base backup of $src started with recovery.signal: archive recovery
+# ends on a new timeline of the same cluster.
+sub restored_copy
+{
+	my ($src, $name) = @_;
+	$src->backup("${name}_b");
+	my $copy = PostgreSQL::Test::Cluster->new($name);
+	$copy->init_from_backup($src, "${name}_b");
+	$copy->append_conf('postgresql.conf', "restore_command = 'false'\n");
+	$copy->set_recovery_mode;
+	$copy->start;
+	le_poll($copy, 'SELECT NOT pg_is_in_recovery()') or die "$name did not end recovery";
+	return $copy;
+}
+
+# The terms of 40 new names granted on $node: (lowest, highest).
+sub forty_terms
+{
+	my ($node, $prefix) = @_;
+	my $out = $node->safe_psql('postgres', qq{
+		SELECT try_acquire_leader('$prefix' || g, '1 hour', 'h') FROM generate_series(1, 40) g;
+		SELECT min(term) || '|' || max(term) FROM leader_election.leases WHERE name LIKE '$prefix%';
+	});
+	my ($lo, $hi) = $out =~ /(\d+)\|(\d+)$/ or die "no terms in: $out";
+	return ($lo, $hi);
+}
+
+sub far_row
+{
+	my ($node, $name) = @_;
+	$node->safe_psql('postgres', qq{
+		INSERT INTO leader_election.history (name, term, holder, owner, session_bound, acquired_at, ended_at, end_reason)
+		VALUES ('$name', 5 * 4294967296::bigint + 100, 'from-elsewhere', 'postgres', false,
+		        now() - interval '1 hour', now() - interval '59 minutes', 'expired')});
+	return;
 }
 
 sub grant_term
@@ -64,6 +108,9 @@ $c->init_from_backup($a, 'ab', has_streaming => 1);
 $c->start;
 $a->wait_for_catchup($b);
 $a->wait_for_catchup($c);
+# A stops cleanly (both standbys receive its shutdown checkpoint), so that
+# no WAL of A's lies beyond the point where B's timeline forks off.
+$a->stop;
 
 $b->promote;
 ok(le_poll($b, 'SELECT NOT pg_is_in_recovery()'), 'B promoted');
@@ -80,7 +127,6 @@ $c->stop;
 my $b_term = grant_term($b, 'x_b', 'on-b');
 cmp_ok($b_term, '>', $a_term, "B's term ($b_term) is above A's ($a_term)");
 $b->stop('immediate');
-$a->stop('immediate');
 
 $c->append_conf('postgresql.conf', "primary_conninfo = ''\n");
 $c->start;
@@ -218,5 +264,57 @@ is($ns2->safe_psql('postgres', q{
 $open->query_safe('COMMIT');
 le_quit($open);
 $ns2->stop;
+
+# ---- 6. the first grant on a new timeline follows a row into a later era ----
+my $g = le_node('g', allows_streaming => 1);
+my $g2 = restored_copy($g, 'g2');
+far_row($g2, 'x');
+grant_term($g2, 'x', 'on-g2');
+$g2->safe_psql('postgres', 'CHECKPOINT');
+my $g3 = restored_copy($g2, 'g3');
+my (undef, $g2_hi) = forty_terms($g2, 'g2_');
+my ($g3_lo) = forty_terms($g3, 'g3_');
+cmp_ok($g3_lo, '>', $g2_hi,
+	"a copy of it on the next timeline starts ($g3_lo) above its terms ($g2_hi)");
+$_->stop for $g, $g2, $g3;
+
+# ---- 7. a rolled-back era record, then grants that commit ----
+my $h = le_node('h', allows_streaming => 1);
+my $h2 = restored_copy($h, 'h2');
+$h2->safe_psql('postgres', q{
+	BEGIN;
+	SELECT try_acquire_leader('t1', '1 hour', 'h');
+	SELECT try_acquire_leader('t2', '1 hour', 'h');
+	ROLLBACK;
+	SELECT try_acquire_leader('s' || g, '1 hour', 'h') FROM generate_series(1, 10) g;
+});
+my $hdump = PostgreSQL::Test::Utils::tempdir() . '/h2.sql';
+$h2->command_ok([ 'pg_dump', '-d', $h2->connstr('postgres'), '-f', $hdump ], 'pg_dump of h2');
+my $h3 = PostgreSQL::Test::Cluster->new('h3');
+$h3->init;
+$h3->append_conf('postgresql.conf', "shared_preload_libraries = 'leader_election'\n");
+$h3->start;
+$h3->command_ok([ 'psql', '-X', '-q', '-v', 'ON_ERROR_STOP=1', '-d', $h3->connstr('postgres'), '-f', $hdump ],
+	'h2 restored into h3');
+my (undef, $h2_hi) = forty_terms($h2, 'h2_');
+my ($h3_lo) = forty_terms($h3, 'h3_');
+cmp_ok($h3_lo, '>', $h2_hi, "the restored copy starts ($h3_lo) above its source's terms ($h2_hi)");
+$_->stop for $h, $h2, $h3;
+
+# ---- 8. a grant in a later era while the move's transaction is open ----
+my $k = le_node('k', allows_streaming => 1);
+far_row($k, 'x');
+my $mover = le_session($k);
+$mover->query_safe("BEGIN; SELECT try_acquire_leader('x', '1 hour', 'mover')");
+my $k_y = grant_term($k, 'y', 'other');
+cmp_ok($k_y, '>', 5 * 2**32, "another grant meanwhile draws from era 5 ($k_y)");
+$mover->query_safe('ROLLBACK');
+le_quit($mover);
+$k->safe_psql('postgres', 'CHECKPOINT');
+my $k2 = restored_copy($k, 'k2');
+my (undef, $k_hi) = forty_terms($k, 'k_');
+my ($k2_lo) = forty_terms($k2, 'k2_');
+cmp_ok($k2_lo, '>', $k_hi, "a copy on the next timeline starts ($k2_lo) above its source's terms ($k_hi)");
+$_->stop for $k, $k2;
 
 done_testing();
