@@ -1583,7 +1583,7 @@ le_store_term_era_read(uint64 sysid, TimeLineID tli, int64 *first_term,
 	if (SPI_execute("SELECT system_identifier, timeline, first_term FROM leader_election.term_era "
 					"WHERE first_term OPERATOR(pg_catalog.=) "
 					"(SELECT pg_catalog.max(first_term) FROM leader_election.term_era)",
-					true, 0) != SPI_OK_SELECT)
+					false, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not read leader_election.term_era");
 	for (uint64 i = 0; i < SPI_processed; i++)
 	{
