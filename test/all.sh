@@ -14,7 +14,7 @@
 # its own clusters) and the client examples; then, if asked, the META.json
 # check and the Debian package test (test/packaging).  Prints one summary
 # line per major and exits non-zero if anything fails.  CI runs exactly
-# this (.ci/run), on a fresh machine: about 45 minutes on 2 cores, 12 of
+# this (.ci/run), on a fresh machine: about 55 minutes on 2 cores, 12 of
 # them building the majors Debian 12 does not ship.
 #
 #   LE_WERROR=1          compiler warnings are errors (CI sets it)
