@@ -194,6 +194,7 @@ extern void le_store_release(const char *name, const LeaseRow *row,
 							 TimestampTz now);
 extern int64 le_store_count_names(Oid owner);
 extern bool le_store_schema_1_0(void);
+extern Oid	le_store_terms_relid(void);
 extern int64 le_store_terms_next(void);
 extern void le_store_advance_terms(int64 at_least);
 extern bool le_store_term_era_read(uint64 sysid, TimeLineID tli, int64 *first_term,

@@ -1500,6 +1500,14 @@ le_store_schema_1_0(void)
 	return le_rels.schema_1_0;
 }
 
+/* leader_election.terms itself: a new one means a new counter (DROP EXTENSION). */
+Oid
+le_store_terms_relid(void)
+{
+	le_store_load_rels();
+	return le_rels.terms_seq;
+}
+
 /*
  * The counter's next value (nextval, as the caller: no privilege check).
  * Drawn holding the movers' lock in share mode, only around the nextval: a

@@ -67,16 +67,26 @@
 /*
  * The era this backend has checked, if any: known means term_era's latest
  * rows name (le_era_sysid, le_era_tli) as committed or written by this
- * transaction; le_era_base is the first term of that era.  A row this
+ * transaction, for the counter le_era_counter (a re-created extension is a
+ * new counter, whatever a restore put in it); le_era_base is the first term
+ * of that era.  A row this
  * backend wrote counts only while the (sub)transaction that wrote it can
  * still commit: le_era_written_level is the deepest level that wrote one
  * (0: none pending), and an abort at or above it forgets the era.
  */
 static bool le_era_known = false;
+static Oid	le_era_counter;			/* leader_election.terms it is about */
 static uint64 le_era_sysid;
 static TimeLineID le_era_tli;
 static int64 le_era_base;
 static int	le_era_written_level = 0;
+
+static bool
+le_era_is_known(uint64 sysid, TimeLineID tli)
+{
+	return le_era_known && le_era_sysid == sysid && le_era_tli == tli &&
+		le_era_counter == le_store_terms_relid();
+}
 
 static void
 le_era_record(uint64 sysid, TimeLineID tli, int64 first_term)
@@ -107,6 +117,7 @@ le_enter_era(uint64 sysid, TimeLineID tli)
 
 	le_era_sysid = sysid;
 	le_era_tli = tli;
+	le_era_counter = le_store_terms_relid();
 	if (same)
 	{
 		le_era_known = true;
@@ -150,14 +161,14 @@ le_terms_prepare(void)
 	TimeLineID	tli = le_current_timeline();
 	int64		first_term;
 
-	if (le_store_schema_1_0() ||
-		(le_era_known && le_era_sysid == sysid && le_era_tli == tli))
+	if (le_store_schema_1_0() || le_era_is_known(sysid, tli))
 		return;
 	if (le_store_term_era_read(sysid, tli, &first_term, NULL, NULL))
 	{
 		le_era_known = true;
 		le_era_sysid = sysid;
 		le_era_tli = tli;
+		le_era_counter = le_store_terms_relid();
 		le_era_base = first_term;
 	}
 }
@@ -180,7 +191,7 @@ le_next_term(const char *name, int64 old_term)
 	if (le_store_schema_1_0())
 		return Max(floor, (((int64) tli - 1) << 32) + 1);
 
-	if (!le_era_known || le_era_sysid != sysid || le_era_tli != tli)
+	if (!le_era_is_known(sysid, tli))
 		le_enter_era(sysid, tli);
 	term = le_store_terms_next();
 

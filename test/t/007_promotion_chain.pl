@@ -30,6 +30,10 @@
 #      whose era record was rolled back with its transaction, granting on;
 #      a grant drawing from a later era while the transaction that moved
 #      the counter there is still open, and then rolls back.
+#   9. A dump restored into a cluster that is itself on timeline 2: the
+#      restored copy is another server and must jump.
+#  10. A session that granted before its database's extension was dropped
+#      and a dump restored: it must not go on in the era it remembered.
 #
 # In 1-4, the last promoted server's first term must be above the terms the
 # other server issued (1.1 before the fix re-issued them: each server
@@ -316,5 +320,37 @@ my (undef, $k_hi) = forty_terms($k, 'k_');
 my ($k2_lo) = forty_terms($k2, 'k2_');
 cmp_ok($k2_lo, '>', $k_hi, "a copy on the next timeline starts ($k2_lo) above its source's terms ($k_hi)");
 $_->stop for $k, $k2;
+
+# ---- 9. a dump restored into a cluster on timeline 2 ----
+my $src = le_node('src');
+grant_term($src, 'v', 'on-src');
+my $sdump = PostgreSQL::Test::Utils::tempdir() . '/src.sql';
+$src->command_ok([ 'pg_dump', '-d', $src->connstr('postgres'), '-f', $sdump ], 'pg_dump of src');
+my $t0 = le_node('t0', allows_streaming => 1);
+my $t2 = restored_copy($t0, 't2');
+is(timeline($t2), 2, 'the target cluster is on timeline 2');
+$t2->safe_psql('postgres', 'CREATE DATABASE t');
+$t2->command_ok([ 'psql', '-X', '-q', '-v', 'ON_ERROR_STOP=1', '-d', $t2->connstr('t'), '-f', $sdump ],
+	'src restored into database t of the target');
+my (undef, $src_hi) = forty_terms($src, 'src_');
+my ($t_lo) = $t2->safe_psql('t', q{
+	SELECT try_acquire_leader('t_' || g, '1 hour', 'h') FROM generate_series(1, 40) g;
+	SELECT min(term) FROM leader_election.leases WHERE name LIKE 't\_%';
+}) =~ /(\d+)$/;
+cmp_ok($t_lo, '>', $src_hi, "the restored copy starts ($t_lo) above its source's terms ($src_hi)");
+$t0->stop;
+
+# ---- 10. a session across DROP EXTENSION and a restore ----
+my $keeper = le_session($t2);
+$keeper->query_safe("SELECT try_acquire_leader('before', '1 hour', 'h')");
+$t2->safe_psql('postgres', 'DROP EXTENSION leader_election CASCADE');
+$t2->command_ok([ 'psql', '-X', '-q', '-v', 'ON_ERROR_STOP=1', '-d', $t2->connstr('postgres'), '-f', $sdump ],
+	'src restored over the dropped extension');
+my (undef, $src_hi2) = forty_terms($src, 'src2_');
+$keeper->query_safe("SELECT try_acquire_leader('after', '1 hour', 'h')");
+my $after = $keeper->query_safe("SELECT leader_term('after', 'h')");
+cmp_ok($after, '>', $src_hi2, "the session's next term ($after) is above the source's terms ($src_hi2)");
+le_quit($keeper);
+$_->stop for $src, $t2;
 
 done_testing();
