@@ -83,9 +83,10 @@ SELECT pg_catalog.pg_extension_config_dump('leader_election.terms', '');
  * first_term is where that server's era began: the jump goes to an era
  * after it, so grants that race to make the jump agree on where it lands.
  * Only the rows with the highest first_term count: the era is this
- * server's if they all name this server and timeline (a restore adds the
- * dumped rows beside the one CREATE EXTENSION made, whose first_term 0 they
- * outrank or tie: another server).  Every transaction that draws the first
+ * server's if they all name this server and timeline and the counter is
+ * not below their first_term (a restore adds the dumped rows beside the one
+ * CREATE EXTENSION made and sets the counter back to the dumped value:
+ * another server).  Every transaction that draws the first
  * term of an era it does not see recorded inserts a row of its own (no
  * grant waits for another's), and rows of earlier eras are removed as new
  * ones are recorded.  Row-level security with no policy: only its owner
@@ -123,12 +124,12 @@ SELECT pg_catalog.setval('leader_election.terms',
            (SELECT pg_catalog.count(*) FROM leader_election.leases) OPERATOR(pg_catalog.>) 0
            OR (SELECT pg_catalog.count(*) FROM leader_election.history) OPERATOR(pg_catalog.>) 0
            OR (SELECT s.timeline FROM leader_election.server_identity() AS s) OPERATOR(pg_catalog.>) 1);
--- first_term 0: the lowest there is, so that rows a restore brings in
--- outrank it (the restored copy is another server and must jump); the first
--- grant records the era the carried-over counter is in.
 INSERT INTO leader_election.term_era (system_identifier, timeline, first_term)
-SELECT s.system_identifier, s.timeline, 0
-  FROM leader_election.server_identity() AS s;
+SELECT s.system_identifier, s.timeline, t.last_value
+  FROM leader_election.server_identity() AS s, leader_election.terms AS t;
+-- Its rows of earlier eras are deleted as new ones are recorded, also where
+-- a publication publishes deletes of every table.
+ALTER TABLE leader_election.term_era REPLICA IDENTITY FULL;
 
 -- ===================================================================
 -- Issue 12 (items 3 and 4, in the lease protocol): writer locks keyed by a

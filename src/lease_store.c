@@ -1571,10 +1571,12 @@ le_store_advance_terms(int64 at_least)
  * server and timeline and the first term of an era it drew from; only the
  * rows with the highest first_term matter (older ones are cleaned up by
  * le_store_record_term_era).  *first_term is that highest first_term (0 if
- * there are no rows).  Returns whether those rows all name (sysid, tli):
- * the era is this server's.  Otherwise *foreign says whether one of them
- * names another system identifier (or there are none), and *rec_tli is the
- * lowest timeline among those naming this one.
+ * there are no rows).  Returns whether those rows all name (sysid, tli)
+ * and the counter is not below them: the era is this server's.  Otherwise
+ * *foreign says whether one of them names another system identifier, or
+ * the counter was set back below them (a restore brought it from another
+ * server), or there are none; *rec_tli is the lowest timeline among those
+ * naming this one.
  */
 bool
 le_store_term_era_read(uint64 sysid, TimeLineID tli, int64 *first_term,
@@ -1588,26 +1590,31 @@ le_store_term_era_read(uint64 sysid, TimeLineID tli, int64 *first_term,
 
 	*first_term = 0;
 	le_spi_begin(&call);
-	if (SPI_execute("SELECT system_identifier, timeline, first_term FROM leader_election.term_era "
-					"WHERE first_term OPERATOR(pg_catalog.=) "
+	if (SPI_execute("SELECT e.system_identifier, e.timeline, e.first_term, "
+					"e.first_term OPERATOR(pg_catalog.>) t.last_value "
+					"FROM leader_election.term_era AS e, leader_election.terms AS t "
+					"WHERE e.first_term OPERATOR(pg_catalog.=) "
 					"(SELECT pg_catalog.max(first_term) FROM leader_election.term_era)",
 					false, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not read leader_election.term_era");
 	for (uint64 i = 0; i < SPI_processed; i++)
 	{
-		bool		isnull[3];
+		bool		isnull[4];
 		Datum		d1 = SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull[0]);
 		Datum		d2 = SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2, &isnull[1]);
 		Datum		d3 = SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 3, &isnull[2]);
+		Datum		d4 = SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 4, &isnull[3]);
 		uint64		row_sysid = isnull[0] ? 0 : (uint64) DatumGetInt64(d1);
 		TimeLineID	row_tli = isnull[1] ? 0 : (TimeLineID) DatumGetInt32(d2);
+		bool		counter_below = !isnull[3] && DatumGetBool(d4);
 
 		any = true;
 		if (!isnull[2])
 			*first_term = DatumGetInt64(d3);
 		if (row_sysid != sysid || row_tli != tli)
 			same = false;
-		if (row_sysid != sysid)
+		/* A counter below the record was set back: another server's. */
+		if (row_sysid != sysid || counter_below)
 			other_sysid = true;
 		else if (lowest == 0 || row_tli < lowest)
 			lowest = row_tli;
@@ -1617,7 +1624,7 @@ le_store_term_era_read(uint64 sysid, TimeLineID tli, int64 *first_term,
 		*foreign = other_sysid || !any;
 	if (rec_tli)
 		*rec_tli = lowest;
-	return any && same;
+	return any && same && !other_sysid;
 }
 
 /*

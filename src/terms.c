@@ -112,9 +112,11 @@ le_enter_era(uint64 sysid, TimeLineID tli)
 	int64		first_term;
 	bool		foreign;
 	TimeLineID	rec_tli;
-	bool		same = le_store_term_era_read(sysid, tli, &first_term,
-											  &foreign, &rec_tli);
+	bool		same;
 
+	/* Until the era is settled below (an error on the way forgets it). */
+	le_era_known = false;
+	same = le_store_term_era_read(sysid, tli, &first_term, &foreign, &rec_tli);
 	le_era_sysid = sysid;
 	le_era_tli = tli;
 	le_era_counter = le_store_terms_relid();

@@ -34,6 +34,10 @@
 #      restored copy is another server and must jump.
 #  10. A session that granted before its database's extension was dropped
 #      and a dump restored: it must not go on in the era it remembered.
+#  11. An install on timeline 2 (its counter starts in era 1) whose standby
+#      lost the primary's first grants, then promoted.
+#  12. A publication of every table (deletes included): recording an era
+#      still works.
 #
 # In 1-4, the last promoted server's first term must be above the terms the
 # other server issued (1.1 before the fix re-issued them: each server
@@ -352,5 +356,37 @@ my $after = $keeper->query_safe("SELECT leader_term('after', 'h')");
 cmp_ok($after, '>', $src_hi2, "the session's next term ($after) is above the source's terms ($src_hi2)");
 le_quit($keeper);
 $_->stop for $src, $t2;
+
+# ---- 11. an install on timeline 2, its standby promoted after losing grants ----
+my $w0 = PostgreSQL::Test::Cluster->new('w0');
+$w0->init(allows_streaming => 1);
+$w0->append_conf('postgresql.conf', "shared_preload_libraries = 'leader_election'\nmax_connections = 30\n");
+$w0->start;
+my $w = restored_copy($w0, 'w');
+$w0->stop;
+$w->safe_psql('postgres', 'CREATE EXTENSION leader_election');
+$w->backup('wb');
+my $ws = PostgreSQL::Test::Cluster->new('ws');
+$ws->init_from_backup($w, 'wb', has_streaming => 1);
+$ws->start;
+$w->wait_for_catchup($ws);
+$ws->stop;
+my (undef, $w_hi) = forty_terms($w, 'w_');
+$w->stop('immediate');
+$ws->start;
+$ws->promote;
+ok(le_poll($ws, 'SELECT NOT pg_is_in_recovery()'), 'the standby of w promoted');
+my $ws_term = grant_term($ws, 'ws', 'on-ws');
+cmp_ok($ws_term, '>', $w_hi, "its first term ($ws_term) is above every term w issued ($w_hi)");
+$ws->stop;
+
+# ---- 12. a publication of every table ----
+my $pub = le_node('pub');
+$pub->safe_psql('postgres', 'CREATE PUBLICATION every_table FOR ALL TABLES');
+far_row($pub, 'x');
+is(le_sqlstate($pub, q{SELECT try_acquire_leader('x', '1 hour', 'h')}), '',
+	'a grant that records a later era succeeds under a publication of every table');
+cmp_ok(grant_term($pub, 'y', 'h'), '>', 5 * 2**32, 'and the next grant draws from that era');
+$pub->stop;
 
 done_testing();
