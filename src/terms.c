@@ -69,10 +69,10 @@
  * rows name (le_era_sysid, le_era_tli) as committed or written by this
  * transaction, for the counter le_era_counter (a re-created extension is a
  * new counter, whatever a restore put in it); le_era_base is the first term
- * of that era.  A row this
- * backend wrote counts only while the (sub)transaction that wrote it can
- * still commit: le_era_written_level is the deepest level that wrote one
- * (0: none pending), and an abort at or above it forgets the era.
+ * of that era.  A row this backend wrote counts only while the
+ * (sub)transaction that wrote it can still commit: le_era_written_level is
+ * the deepest level that wrote one (0: none pending), and an abort at or
+ * above it forgets the era.
  */
 static bool le_era_known = false;
 static Oid	le_era_counter;			/* leader_election.terms it is about */
@@ -100,7 +100,8 @@ le_era_record(uint64 sysid, TimeLineID tli, int64 first_term)
  * Make sure the counter is in an era of this server and timeline, past the
  * recorded one: by one era per timeline since the recorded one on the same
  * cluster (at least one), or by this timeline's number if the record is
- * another cluster's (a restored or upgraded cluster starts at timeline 1).
+ * another cluster's, or the counter was set back below it (a restored or
+ * upgraded cluster, whose history starts at timeline 1).
  * Grants that race here (all of a failover's first grants) read the same
  * committed record and compute the same target, so the counter jumps once;
  * each records the era with its own row, so none waits for another
