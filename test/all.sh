@@ -136,9 +136,10 @@ if [ "${LE_ALL_MAJOR_RUN:-0}" != 1 ]; then
         le_say "majors table (README.md; LE_README_TABLE=1 writes it there)"
         printf '%s\n' "${table_rows[@]}"
         if [ "${LE_README_TABLE:-0}" = 1 ]; then
-            printf '%s\n' "${table_rows[@]}" > "$LE_ROOT/.majors-table"
-            python3 "$here/lib/majors_table.py" readme "$LE_ROOT/README.md" "$LE_ROOT/.majors-table"
-            rm -f "$LE_ROOT/.majors-table"
+            rows=$(mktemp)
+            printf '%s\n' "${table_rows[@]}" > "$rows"
+            python3 "$here/lib/majors_table.py" readme "$LE_ROOT/README.md" "$rows"
+            rm -f "$rows"
         fi
     fi
     le_say "summary"

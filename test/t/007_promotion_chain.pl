@@ -73,13 +73,58 @@ sub restored_copy
 	return $copy;
 }
 
+# A cluster preloading the library, without the extension.
+sub preloaded_node
+{
+	my ($name, %opt) = @_;
+	my $node = PostgreSQL::Test::Cluster->new($name);
+	$node->init(allows_streaming => $opt{allows_streaming} ? 1 : 0);
+	$node->append_conf('postgresql.conf', "shared_preload_libraries = 'leader_election'\nmax_connections = 30\n");
+	$node->start;
+	return $node;
+}
+
+# A plain-SQL dump restored into database $db of $node.
+sub restore_dump
+{
+	my ($node, $db, $dump, $what) = @_;
+	$node->command_ok([ 'psql', '-X', '-q', '-v', 'ON_ERROR_STOP=1', '-d', $node->connstr($db), '-f', $dump ],
+		$what);
+	return;
+}
+
+# A streaming standby of $primary, caught up and then stopped: from here on
+# it lags behind everything $primary commits.
+sub lagging_standby
+{
+	my ($primary, $name) = @_;
+	$primary->backup("${name}_b");
+	my $standby = PostgreSQL::Test::Cluster->new($name);
+	$standby->init_from_backup($primary, "${name}_b", has_streaming => 1);
+	$standby->start;
+	$primary->wait_for_catchup($standby);
+	$standby->stop;
+	return $standby;
+}
+
+# $primary is lost; its lagging standby is started and promoted.
+sub promote_after_loss
+{
+	my ($primary, $standby) = @_;
+	$primary->stop('immediate');
+	$standby->start;
+	$standby->promote;
+	ok(le_poll($standby, 'SELECT NOT pg_is_in_recovery()'), $standby->name . ' promoted');
+	return;
+}
+
 # The terms of 40 new names granted on $node: (lowest, highest).
 sub forty_terms
 {
 	my ($node, $prefix) = @_;
 	my $out = $node->safe_psql('postgres', qq{
 		SELECT try_acquire_leader('$prefix' || g, '1 hour', 'h') FROM generate_series(1, 40) g;
-		SELECT min(term) || '|' || max(term) FROM leader_election.leases WHERE name LIKE '$prefix%';
+		SELECT min(term) || '|' || max(term) FROM leader_election.leases WHERE starts_with(name, '$prefix');
 	});
 	my ($lo, $hi) = $out =~ /(\d+)\|(\d+)$/ or die "no terms in: $out";
 	return ($lo, $hi);
@@ -191,22 +236,9 @@ $q->safe_psql('postgres', q{
 });
 my $q_first = grant_term($q, 'z', 'on-q');
 cmp_ok($q_first, '>', 5 * 2**32 + 7, "q's grant follows the row into era 5 ($q_first)");
-$q->backup('qb');
-my $qs = PostgreSQL::Test::Cluster->new('qs');
-$qs->init_from_backup($q, 'qb', has_streaming => 1);
-$qs->start;
-$q->wait_for_catchup($qs);
-$qs->stop;
-my $q_max = 0;
-for my $i (1 .. 40)
-{
-	my $t = grant_term($q, "z$i", 'on-q');
-	$q_max = $t if $t > $q_max;
-}
-$q->stop('immediate');
-$qs->start;
-$qs->promote;
-ok(le_poll($qs, 'SELECT NOT pg_is_in_recovery()'), 'the standby of q promoted');
+my $qs = lagging_standby($q, 'qs');
+my (undef, $q_max) = forty_terms($q, 'z_');
+promote_after_loss($q, $qs);
 my $qs_term = grant_term($qs, 'zs', 'on-qs');
 cmp_ok($qs_term, '>', $q_max,
 	"the promoted standby's first term ($qs_term) is above every term q issued ($q_max)");
@@ -218,28 +250,11 @@ grant_term($o, 'w', 'on-o');
 my $dump = PostgreSQL::Test::Utils::tempdir() . '/o.sql';
 $o->command_ok([ 'pg_dump', '-d', $o->connstr('postgres'), '-f', $dump ], 'pg_dump of o');
 $o->stop;
-my $n = PostgreSQL::Test::Cluster->new('n');
-$n->init(allows_streaming => 1);
-$n->append_conf('postgresql.conf', "shared_preload_libraries = 'leader_election'\nmax_connections = 30\n");
-$n->start;
-$n->command_ok([ 'psql', '-X', '-q', '-v', 'ON_ERROR_STOP=1', '-d', $n->connstr('postgres'), '-f', $dump ],
-	'o restored into n');
-$n->backup('nb');
-my $ns = PostgreSQL::Test::Cluster->new('ns');
-$ns->init_from_backup($n, 'nb', has_streaming => 1);
-$ns->start;
-$n->wait_for_catchup($ns);
-$ns->stop;
-my $n_max = 0;
-for my $i (1 .. 40)
-{
-	my $t = grant_term($n, "w$i", 'on-n');
-	$n_max = $t if $t > $n_max;
-}
-$n->stop('immediate');
-$ns->start;
-$ns->promote;
-ok(le_poll($ns, 'SELECT NOT pg_is_in_recovery()'), 'the standby of n promoted');
+my $n = preloaded_node('n', allows_streaming => 1);
+restore_dump($n, 'postgres', $dump, 'o restored into n');
+my $ns = lagging_standby($n, 'ns');
+my (undef, $n_max) = forty_terms($n, 'w_');
+promote_after_loss($n, $ns);
 my $ns_term = grant_term($ns, 'ws', 'on-ns');
 cmp_ok($ns_term, '>', $n_max,
 	"the promoted standby's first term ($ns_term) is above every term n issued ($n_max)");
@@ -298,12 +313,8 @@ $h2->safe_psql('postgres', q{
 });
 my $hdump = PostgreSQL::Test::Utils::tempdir() . '/h2.sql';
 $h2->command_ok([ 'pg_dump', '-d', $h2->connstr('postgres'), '-f', $hdump ], 'pg_dump of h2');
-my $h3 = PostgreSQL::Test::Cluster->new('h3');
-$h3->init;
-$h3->append_conf('postgresql.conf', "shared_preload_libraries = 'leader_election'\n");
-$h3->start;
-$h3->command_ok([ 'psql', '-X', '-q', '-v', 'ON_ERROR_STOP=1', '-d', $h3->connstr('postgres'), '-f', $hdump ],
-	'h2 restored into h3');
+my $h3 = preloaded_node('h3');
+restore_dump($h3, 'postgres', $hdump, 'h2 restored into h3');
 my (undef, $h2_hi) = forty_terms($h2, 'h2_');
 my ($h3_lo) = forty_terms($h3, 'h3_');
 cmp_ok($h3_lo, '>', $h2_hi, "the restored copy starts ($h3_lo) above its source's terms ($h2_hi)");
@@ -334,8 +345,7 @@ my $t0 = le_node('t0', allows_streaming => 1);
 my $t2 = restored_copy($t0, 't2');
 is(timeline($t2), 2, 'the target cluster is on timeline 2');
 $t2->safe_psql('postgres', 'CREATE DATABASE t');
-$t2->command_ok([ 'psql', '-X', '-q', '-v', 'ON_ERROR_STOP=1', '-d', $t2->connstr('t'), '-f', $sdump ],
-	'src restored into database t of the target');
+restore_dump($t2, 't', $sdump, 'src restored into database t of the target');
 my (undef, $src_hi) = forty_terms($src, 'src_');
 my ($t_lo) = $t2->safe_psql('t', q{
 	SELECT try_acquire_leader('t_' || g, '1 hour', 'h') FROM generate_series(1, 40) g;
@@ -348,8 +358,7 @@ $t0->stop;
 my $keeper = le_session($t2);
 $keeper->query_safe("SELECT try_acquire_leader('before', '1 hour', 'h')");
 $t2->safe_psql('postgres', 'DROP EXTENSION leader_election CASCADE');
-$t2->command_ok([ 'psql', '-X', '-q', '-v', 'ON_ERROR_STOP=1', '-d', $t2->connstr('postgres'), '-f', $sdump ],
-	'src restored over the dropped extension');
+restore_dump($t2, 'postgres', $sdump, 'src restored over the dropped extension');
 my (undef, $src_hi2) = forty_terms($src, 'src2_');
 $keeper->query_safe("SELECT try_acquire_leader('after', '1 hour', 'h')");
 my $after = $keeper->query_safe("SELECT leader_term('after', 'h')");
@@ -358,24 +367,13 @@ le_quit($keeper);
 $_->stop for $src, $t2;
 
 # ---- 11. an install on timeline 2, its standby promoted after losing grants ----
-my $w0 = PostgreSQL::Test::Cluster->new('w0');
-$w0->init(allows_streaming => 1);
-$w0->append_conf('postgresql.conf', "shared_preload_libraries = 'leader_election'\nmax_connections = 30\n");
-$w0->start;
+my $w0 = preloaded_node('w0', allows_streaming => 1);
 my $w = restored_copy($w0, 'w');
 $w0->stop;
 $w->safe_psql('postgres', 'CREATE EXTENSION leader_election');
-$w->backup('wb');
-my $ws = PostgreSQL::Test::Cluster->new('ws');
-$ws->init_from_backup($w, 'wb', has_streaming => 1);
-$ws->start;
-$w->wait_for_catchup($ws);
-$ws->stop;
+my $ws = lagging_standby($w, 'ws');
 my (undef, $w_hi) = forty_terms($w, 'w_');
-$w->stop('immediate');
-$ws->start;
-$ws->promote;
-ok(le_poll($ws, 'SELECT NOT pg_is_in_recovery()'), 'the standby of w promoted');
+promote_after_loss($w, $ws);
 my $ws_term = grant_term($ws, 'ws', 'on-ws');
 cmp_ok($ws_term, '>', $w_hi, "its first term ($ws_term) is above every term w issued ($w_hi)");
 $ws->stop;
