@@ -462,6 +462,60 @@ SELECT holder_pid = pg_backend_pid() AS right_pid
 FROM leader_election.history WHERE name = 'hp';
 ROLLBACK;
 
+--
+-- A takeover under READ COMMITTED also writes its rows without the
+-- executor (the lease row, the old term's end, the new term's row): what
+-- an administrator adds to the history applies to it too.
+--
+-- A CHECK on how a term ends: the takeover that would end it so fails
+-- with 23514, and nothing changes.
+SELECT try_acquire_leader('te', '100 ms', 'h1') AS h1_first;
+SELECT pg_temp.wait_until_expired('te');
+ALTER TABLE leader_election.history ADD CONSTRAINT no_expiry
+    CHECK (end_reason IS DISTINCT FROM 'expired') NOT VALID;
+SELECT pg_temp.try($$SELECT try_acquire_leader('te', '1 hour', 'h2')$$) AS takeover_ending_by_expiry;
+SELECT l.holder, l.term = h.term AS same_term, h.ended_at IS NULL AS still_open
+FROM leader_election.leases AS l JOIN leader_election.history AS h USING (name)
+WHERE name = 'te';
+ALTER TABLE leader_election.history DROP CONSTRAINT no_expiry;
+-- A CHECK on the new term's row.
+ALTER TABLE leader_election.history ADD CONSTRAINT no_evil_takeover
+    CHECK (holder <> 'evil') NOT VALID;
+SELECT pg_temp.try($$SELECT try_acquire_leader('te', '1 hour', 'evil')$$) AS evil_takeover;
+SELECT holder FROM leader_election.leases WHERE name = 'te';
+ALTER TABLE leader_election.history DROP CONSTRAINT no_evil_takeover;
+SELECT try_acquire_leader('te', '1 hour', 'h2') AS h2_takes_over;
+SELECT row_number() OVER (ORDER BY term) AS nth_term, holder, end_reason
+FROM leader_election.history WHERE name = 'te' ORDER BY term;
+-- A CHECK replaced by another of the same name: the new one applies (a
+-- CHECK's plan is kept across calls by its text, never by its name).
+ALTER TABLE leader_election.history ADD CONSTRAINT not_this
+    CHECK (holder <> 'k1') NOT VALID;
+SELECT pg_temp.try($$SELECT try_acquire_leader('kc1', '1 hour', 'k1')$$) AS k1_refused;
+ALTER TABLE leader_election.history DROP CONSTRAINT not_this,
+    ADD CONSTRAINT not_this CHECK (holder <> 'k2') NOT VALID;
+SELECT pg_temp.try($$SELECT try_acquire_leader('kc1', '1 hour', 'k1')$$) AS k1_now_granted,
+       pg_temp.try($$SELECT try_acquire_leader('kc2', '1 hour', 'k2')$$) AS k2_refused;
+ALTER TABLE leader_election.history DROP CONSTRAINT not_this;
+-- Row versions that do not fit on their page (not HOT updates) get their
+-- index entries: 300 names' history rows fill their pages, then every
+-- term ends by a takeover; amcheck finds every heap row in the indexes.
+SELECT count(try_acquire_leader('np' || i, '100 ms', 'h1')) AS granted
+FROM generate_series(1, 300) AS i;
+SELECT pg_temp.wait_until_expired('np300');
+BEGIN;
+SELECT count(*) FILTER (WHERE try_acquire_leader('np' || i, '1 hour', 'h2')) AS taken_over
+FROM generate_series(1, 300) AS i;
+SELECT n_tup_upd >= 300 AS history_ended, n_tup_upd > n_tup_hot_upd AS some_not_hot
+FROM pg_stat_xact_user_tables WHERE relid = 'leader_election.history'::regclass;
+COMMIT;
+SELECT bt_index_parent_check('leader_election.history_pkey', true) AS history_pkey_checked,
+       bt_index_parent_check('leader_election.leases_pkey', true) AS leases_pkey_checked;
+SET enable_seqscan = off;
+SELECT count(*) AS ended_by_expiry_found_by_index FROM leader_election.history
+WHERE name >= 'np' AND name < 'nq' AND end_reason = 'expired';
+RESET enable_seqscan;
+
 SELECT dblink_disconnect('admin');
 DROP EXTENSION dblink;
 DROP EXTENSION amcheck;

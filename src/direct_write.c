@@ -1,14 +1,16 @@
 /*-------------------------------------------------------------------------
  *
  * direct_write.c
- *	  Inserting a row without the executor, keeping what the executor keeps.
+ *	  Inserting or updating a row without the executor, keeping what the
+ *	  executor keeps.
  *
  * A grant of a new name inserts two rows (the lease and its term's history
- * row).  Through SPI, most of its CPU went to starting the executor for
- * them: building the plan state of the statement and its CTE, opening
- * the indexes.  Under
- * a storm of grants that cost is what stands between a grant and the speed
- * of an ordinary one-row INSERT (bench/grants.sh, T8).
+ * row); a takeover updates two (the lease, the old term's history row) and
+ * inserts one.  Through SPI, most of their CPU went to starting the
+ * executor for them: building the plan state of the statement and its
+ * CTEs, opening the indexes.  Under a storm of grants that cost is what
+ * stands between a grant and the speed of an ordinary one-row write
+ * (bench/grants.sh, T8 and T10).
  *
  * le_direct_insert() does what the executor's INSERT does for a table of
  * the shape le_direct_insert_allowed() accepts, and nothing else:
@@ -17,12 +19,21 @@
  *		checked (23502), before anything is written;
  *	  - CHECK: every CHECK constraint of the table, whoever added it, is
  *		evaluated on the new row (23514), planned on every call as the
- *		executor plans it (keeping them across calls went stale and was
- *		freed under a running check: see le_check_constraints);
+ *		executor plans it, except those that planning again could not
+ *		change (le_planned_check: keeping any plan across calls went stale
+ *		and was freed under a running check);
  *	  - the heap tuple (heap_insert: WAL, statistics, SERIALIZABLE's
  *		conflict checks) and the entry of the table's only index, with the
  *		unique check (23505, waiting for an in-progress conflicting insert
  *		as the executor does).
+ *
+ * le_direct_update() does the same for an UPDATE of one row the caller
+ * found: NOT NULL and CHECK on the new version, heap_update (which waits
+ * for a concurrent writer of the row, as UPDATE does), and an index entry
+ * for the new version unless the update was HOT.  The caller decides, as
+ * UPDATE's WHERE clause would, on the version it found; when that version
+ * was changed meanwhile it is told so (TM_Updated, TM_Deleted) and looks
+ * again, as UPDATE under READ COMMITTED re-checks the newest version.
  *
  * What it does not do is why le_direct_insert_allowed() exists: other
  * indexes, triggers, rules, row-level security that applies to the
@@ -41,16 +52,19 @@
 #include "access/genam.h"
 #include "access/heapam.h"
 #include "access/htup_details.h"
+#include "access/transam.h"
 #include "access/xact.h"
 #include "catalog/index.h"
 #include "catalog/pg_am.h"
 #include "catalog/pg_class.h"
 #include "executor/executor.h"
+#include "nodes/nodeFuncs.h"
 #include "nodes/readfuncs.h"
 #include "optimizer/optimizer.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
 
+#include "compat.h"
 #include "leader_election.h"
 
 /* 23502 for a NULL in a NOT NULL column, as the executor reports it. */
@@ -73,17 +87,111 @@ le_check_not_null(Relation rel, const bool *nulls)
 }
 
 /*
+ * Planned CHECK expressions kept across calls, because planning one on
+ * every call was most of a takeover's cost of ending its old term (the
+ * installed history_end_reason folds its ARRAY constant each time).
+ * Kept only when planning again could not give anything else: the
+ * expression calls only PostgreSQL's own functions (OIDs below
+ * FirstGenbkiObjectId, which no CREATE OR REPLACE makes), and has no
+ * domain (whose constraints ALTER DOMAIN changes), no subquery and no
+ * parameter.  Anything else is planned on every call, as the executor does.
+ * Entries are found by the constraint's stored text (ccbin), compared in
+ * full on every call, so a constraint added, dropped or changed is never
+ * answered from an older entry.  They are never freed (an evaluation in
+ * progress may point into one), so the table only fills; once full, new
+ * texts are planned per call.
+ */
+#define LE_KEPT_CHECKS 16
+
+typedef struct LeKeptCheck
+{
+	char	   *ccbin;
+	Expr	   *planned;
+} LeKeptCheck;
+
+static LeKeptCheck le_kept_checks[LE_KEPT_CHECKS];
+static int	le_kept_check_count = 0;
+
+static bool
+le_is_not_builtin(Oid func_id, void *context)
+{
+	return func_id >= FirstGenbkiObjectId;
+}
+
+/* Does the planned expression have anything that planning again could change? */
+static bool
+le_check_may_change(Node *node, void *context)
+{
+	if (node == NULL)
+		return false;
+	if (IsA(node, CoerceToDomain) || IsA(node, CoerceToDomainValue) ||
+		IsA(node, SubLink) || IsA(node, SubPlan) || IsA(node, Param) ||
+		check_functions_in_node(node, le_is_not_builtin, NULL))
+		return true;
+	return expression_tree_walker(node, le_check_may_change, context);
+}
+
+/* The planned expression of a CHECK constraint's stored text. */
+static Expr *
+le_planned_check(const char *ccbin)
+{
+	Node	   *stored;
+	Expr	   *planned;
+	bool		may_change;
+	MemoryContext old;
+
+	for (int i = 0; i < le_kept_check_count; i++)
+		if (strcmp(le_kept_checks[i].ccbin, ccbin) == 0)
+			return le_kept_checks[i].planned;
+	/*
+	 * Both as stored and as planned: planning inlines SQL functions and
+	 * drops a domain without constraints, hiding what could change.
+	 */
+	stored = stringToNode(ccbin);
+	may_change = le_check_may_change(stored, NULL);
+	planned = expression_planner((Expr *) stored);
+	if (may_change || le_kept_check_count == LE_KEPT_CHECKS ||
+		le_check_may_change((Node *) planned, NULL))
+		return planned;
+	old = MemoryContextSwitchTo(TopMemoryContext);
+	le_kept_checks[le_kept_check_count].ccbin = pstrdup(ccbin);
+	le_kept_checks[le_kept_check_count].planned = copyObject(planned);
+	MemoryContextSwitchTo(old);
+	return le_kept_checks[le_kept_check_count++].planned;
+}
+
+/*
+ * Plan now the CHECK constraints of rel that can be kept (a waiter, before
+ * it sleeps, for the takeover it may make).
+ */
+void
+le_direct_prepare(Relation rel)
+{
+	TupleConstr *constr = RelationGetDescr(rel)->constr;
+	int			n = constr == NULL ? 0 : constr->num_check;
+	char	  **texts = palloc(sizeof(char *) * Max(n, 1));
+
+	for (int i = 0; i < n; i++)
+		texts[i] = pstrdup(constr->check[i].ccbin);
+	for (int i = 0; i < n; i++)
+		(void) le_planned_check(texts[i]);
+}
+
+/*
  * 23514 for a CHECK constraint the row fails (NULL passes, as in SQL).
- * The expressions are read from the relcache's text and planned on every
- * call, in the call's memory, as the executor does: nothing is kept that a
- * replaced function, a changed domain or an invalidation arriving during
- * planning or evaluation could make stale or free under it.
+ * The expressions are read from the relcache's text, copied first (running
+ * a constraint may rebuild the relcache entry), and planned on every call
+ * in the call's memory, as the executor does (le_planned_check keeps only
+ * what planning again could not change): nothing is kept that a replaced
+ * function, a changed domain or an invalidation arriving during planning
+ * or evaluation could make stale or free under it.
  */
 static void
 le_check_constraints(Relation rel, HeapTuple tup)
 {
 	TupleConstr *constr = RelationGetDescr(rel)->constr;
 	int			n = constr == NULL ? 0 : constr->num_check;
+	char	  **texts;
 	Expr	  **exprs;
 	char	  **names;
 	TupleTableSlot *slot;
@@ -91,14 +199,16 @@ le_check_constraints(Relation rel, HeapTuple tup)
 
 	if (n == 0)
 		return;
-	/* Copied first: running a constraint may rebuild the relcache entry. */
+	texts = palloc(sizeof(char *) * n);
 	exprs = palloc(sizeof(Expr *) * n);
 	names = palloc(sizeof(char *) * n);
 	for (int i = 0; i < n; i++)
 	{
-		exprs[i] = expression_planner(stringToNode(constr->check[i].ccbin));
+		texts[i] = pstrdup(constr->check[i].ccbin);
 		names[i] = pstrdup(constr->check[i].ccname);
 	}
+	for (int i = 0; i < n; i++)
+		exprs[i] = le_planned_check(texts[i]);
 
 	slot = MakeSingleTupleTableSlot(RelationGetDescr(rel), &TTSOpsHeapTuple);
 	ExecStoreHeapTuple(tup, slot, false);
@@ -201,4 +311,56 @@ le_direct_insert(Relation rel, Relation idx, Datum *values, bool *nulls)
 				 false, BuildIndexInfo(idx));
 	heap_freetuple(tup);
 	CommandCounterIncrement();
+}
+
+/*
+ * Replace the version of a row at otid (found by the caller under the
+ * latest snapshot) by newtup, as UPDATE would: checks first, then
+ * heap_update, waiting for a transaction that is changing the row.  On
+ * TM_Ok the new version has its index entry (unless HOT) and is visible to
+ * the next command; TM_Updated or TM_Deleted means a concurrent
+ * transaction changed the row and committed: nothing was written.
+ * Caller: as for le_direct_insert.
+ */
+TM_Result
+le_direct_update(Relation rel, Relation idx, ItemPointer otid, HeapTuple newtup)
+{
+	Datum	   *values = palloc(sizeof(Datum) * RelationGetDescr(rel)->natts);
+	bool	   *nulls = palloc(sizeof(bool) * RelationGetDescr(rel)->natts);
+	TM_FailureData tmfd;
+	LockTupleMode lockmode;
+	TM_Result	result;
+
+	heap_deform_tuple(newtup, RelationGetDescr(rel), values, nulls);
+	le_check_not_null(rel, nulls);
+	le_check_constraints(rel, newtup);
+	result = le_heap_update(rel, otid, newtup, GetCurrentCommandId(true),
+							&tmfd, &lockmode);
+	if (result == TM_Ok)
+	{
+		if (!HeapTupleIsHeapOnly(newtup))
+		{
+			Datum		keys[INDEX_MAX_KEYS];
+			bool		key_nulls[INDEX_MAX_KEYS];
+
+			for (int i = 0; i < idx->rd_index->indnatts; i++)
+			{
+				AttrNumber	att = idx->rd_index->indkey.values[i];
+
+				keys[i] = values[att - 1];
+				key_nulls[i] = nulls[att - 1];
+			}
+			/* The key is unchanged: the unique check skips the old version. */
+			index_insert(idx, keys, key_nulls, &newtup->t_self, rel,
+						 idx->rd_index->indisunique ? UNIQUE_CHECK_YES : UNIQUE_CHECK_NO,
+						 true, BuildIndexInfo(idx));
+		}
+		CommandCounterIncrement();
+	}
+	else if (result != TM_Updated && result != TM_Deleted)
+		elog(ERROR, "unexpected result %d updating a row of \"%s\"",
+			 (int) result, RelationGetRelationName(rel));
+	pfree(values);
+	pfree(nulls);
+	return result;
 }

@@ -36,6 +36,7 @@
 
 #include "postgres.h"
 
+#include "access/tableam.h"
 #include "access/xlogdefs.h"
 #include "datatype/timestamp.h"
 #include "fmgr.h"
@@ -169,6 +170,9 @@ extern bool le_direct_insert_allowed(Relation rel, Oid only_index,
 									 bool only_our_triggers);
 extern void le_direct_insert(Relation rel, Relation idx, Datum *values,
 							 bool *nulls);
+extern void le_direct_prepare(Relation rel);
+extern TM_Result le_direct_update(Relation rel, Relation idx,
+								  ItemPointer otid, HeapTuple newtup);
 
 /* lease_store.c */
 extern void le_store_read(const char *name, LeaseRow *row);

@@ -983,16 +983,28 @@ le_spi_build_generic_plan(LeStmt stmt)
 }
 
 /*
- * Build now the generic plans a takeover will run (lease.c,
- * le_prepare_takeover): planning was about half of what a storm's waiter
- * did when it won.  The caller's subtransaction gives back the locks
- * planning takes.
+ * Plan now what a takeover will run (lease.c, le_prepare_takeover):
+ * planning was about half of what a storm's waiter did when it won.  Under
+ * READ COMMITTED with the tables as installed that is the history's CHECK
+ * constraints (the direct path, le_store_take_over_direct), else the
+ * generic plans of its statements.  The caller's subtransaction gives back
+ * the locks planning takes.
  */
 void
 le_store_prepare_takeover(void)
 {
 	LeSpiCall	call;
 
+	le_store_load_rels();
+	if (!IsolationUsesXactSnapshot() && le_history_max_terms > 0 &&
+		le_rels.fast_path_ok && le_rels.history_direct_ok)
+	{
+		Relation	history = table_open(le_rels.history, AccessShareLock);
+
+		le_direct_prepare(history);
+		table_close(history, NoLock);
+		return;
+	}
 	le_spi_begin(&call);
 	le_spi_build_generic_plan(STMT_LOCK_FOR_TAKEOVER);
 	le_spi_build_generic_plan(le_store_takeover_in_one_statement() ?
@@ -1326,6 +1338,176 @@ le_store_take_over(const char *name, const LeIdentity *who, Oid owner,
 }
 
 /*
+ * The old term's history row, still open, as committed at this instant:
+ * true with its slot filled if there is one (the caller ends it).
+ */
+static bool
+le_history_open_row(Relation history, Relation idx, const char *name,
+					int64 term, Snapshot snap, TupleTableSlot *slot)
+{
+	ScanKeyData keys[2];
+	IndexScanDesc scan;
+	bool		found;
+	bool		isnull;
+
+	ScanKeyEntryInitialize(&keys[0], 0, 1, BTEqualStrategyNumber, InvalidOid,
+						   C_COLLATION_OID, F_TEXTEQ,
+						   PointerGetDatum(cstring_to_text(name)));
+	ScanKeyEntryInitialize(&keys[1], 0, 2, BTEqualStrategyNumber, InvalidOid,
+						   InvalidOid, F_INT8EQ, Int64GetDatum(term));
+	scan = le_index_beginscan(history, idx, snap, 2, 0);
+	index_rescan(scan, keys, 2, NULL, 0);
+	found = index_getnext_slot(scan, ForwardScanDirection, slot);
+	index_endscan(scan);
+	if (!found)
+		return false;
+	slot_getattr(slot, HCOL_ENDED_AT + 1, &isnull);
+	return isnull;
+}
+
+/*
+ * le_store_take_over_with_history without the executor (direct_write.c):
+ * false, and nothing written, unless the transaction runs under READ
+ * COMMITTED, history is kept, and both tables have the shape that allows
+ * it once locked for writing.  The caller holds the name's writer lock and
+ * the lease row's FOR UPDATE lock (le_store_lock_row), so the row found is
+ * the one the takeover decided on and no one else can change it.  Does
+ * what STMT_TAKE_OVER_WITH_HISTORY does: ends the old term's history row
+ * if it is still open, gives the row its new holder and term, and adds the
+ * new term's history row.
+ */
+static bool
+le_store_take_over_direct(const char *name, const LeIdentity *who, Oid owner,
+						  int64 old_term, int64 new_term, TimestampTz now,
+						  TimestampTz expires, bool end_old,
+						  TimestampTz ended_at, LeEndReason reason)
+{
+	LeLookup	lk;
+	Relation	history;
+	Relation	history_pkey;
+	Datum		values[LEASE_NCOLS] = {0};
+	bool		nulls[LEASE_NCOLS] = {0};
+	bool		replace[LEASE_NCOLS] = {0};
+	Datum		hv[HISTORY_NCOLS] = {0};
+	bool		hn[HISTORY_NCOLS] = {0};
+	char		n[4] = "    ";
+	bool		found;
+	bool		shouldfree;
+	HeapTuple	oldtup;
+	HeapTuple	newtup;
+	Oid			save_userid;
+	int			save_sec_context;
+
+	if (IsolationUsesXactSnapshot() || le_history_max_terms <= 0 ||
+		!le_rels.fast_path_ok || !le_rels.history_direct_ok)
+		return false;
+	found = le_lookup_begin(&lk, name, RowExclusiveLock);
+	history = table_open(le_rels.history, RowExclusiveLock);
+	/* The locks processed DDL committed since: decide on what they cover. */
+	le_store_load_rels();
+	if (!le_rels.fast_path_ok || !le_rels.history_direct_ok)
+	{
+		table_close(history, NoLock);
+		le_lookup_end(&lk);
+		return false;
+	}
+	if (!found || DatumGetInt64(lk.slot->tts_values[COL_TERM]) != old_term)
+		ereport(ERROR,
+				(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+				 errmsg("could not serialize access to the lease: %s", "takeover"),
+				 errdetail("The lease row changed after this transaction's snapshot was taken."),
+				 errhint("Retry the transaction.")));
+	history_pkey = index_open(le_rels.history_pkey, RowExclusiveLock);
+
+	/* STMT_TAKE_OVER's SET list. */
+	values[COL_HOLDER] = CStringGetTextDatum(who->holder);
+	values[COL_TERM] = Int64GetDatum(new_term);
+	values[COL_ACQUIRED_AT] = TimestampTzGetDatum(now);
+	values[COL_RENEWED_AT] = TimestampTzGetDatum(now);
+	values[COL_EXPIRES_AT] = TimestampTzGetDatum(expires);
+	le_session_columns(who, &values[COL_SESSION_PID], &n[0],
+					   &values[COL_SESSION_START], &n[1]);
+	le_holder_details(&values[COL_HOLDER_PID], &values[COL_HOLDER_ROLE],
+					  &values[COL_APPLICATION_NAME], &n[2],
+					  &values[COL_CLIENT_ADDR], &n[3]);
+	nulls[COL_SESSION_PID] = n[0] == 'n';
+	nulls[COL_SESSION_START] = n[1] == 'n';
+	nulls[COL_APPLICATION_NAME] = n[2] == 'n';
+	nulls[COL_CLIENT_ADDR] = n[3] == 'n';
+	for (int i = COL_HOLDER; i < LEASE_NCOLS; i++)
+		replace[i] = true;
+
+	GetUserIdAndSecContext(&save_userid, &save_sec_context);
+	SetUserIdAndSecContext(le_rels.table_owner,
+						   save_sec_context | SECURITY_LOCAL_USERID_CHANGE);
+
+	/* The old term ends, if it had a holder and its row is still open. */
+	if (end_old)
+	{
+		TupleTableSlot *hslot = table_slot_create(history, NULL);
+
+		for (;;)
+		{
+			Snapshot	snap = RegisterSnapshot(GetLatestSnapshot());
+			Datum		ev[HISTORY_NCOLS] = {0};
+			bool		en[HISTORY_NCOLS] = {0};
+			bool		er[HISTORY_NCOLS] = {0};
+			bool		open = le_history_open_row(history, history_pkey, name,
+												   old_term, snap, hslot);
+			TM_Result	result = TM_Ok;
+
+			if (open)
+			{
+				HeapTuple	htup = ExecFetchSlotHeapTuple(hslot, false, &shouldfree);
+
+				ev[HCOL_ENDED_AT] = TimestampTzGetDatum(ended_at);
+				ev[HCOL_END_REASON] = CStringGetTextDatum(le_end_reason_text(reason));
+				er[HCOL_ENDED_AT] = er[HCOL_END_REASON] = true;
+				result = le_direct_update(history, history_pkey, &htup->t_self,
+										  heap_modify_tuple(htup, RelationGetDescr(history),
+															ev, en, er));
+				if (shouldfree)
+					heap_freetuple(htup);
+			}
+			UnregisterSnapshot(snap);
+			/* Changed by someone else meanwhile: look at the newest version. */
+			if (result == TM_Ok)
+				break;
+		}
+		ExecDropSingleTupleTableSlot(hslot);
+	}
+
+	/* The lease row: this transaction holds its FOR UPDATE lock. */
+	oldtup = ExecFetchSlotHeapTuple(lk.slot, false, &shouldfree);
+	newtup = heap_modify_tuple(oldtup, RelationGetDescr(lk.rel),
+							   values, nulls, replace);
+	if (le_direct_update(lk.rel, lk.idx, &oldtup->t_self, newtup) != TM_Ok)
+		elog(ERROR, "lease \"%s\" changed under its row lock", name);
+	if (shouldfree)
+		heap_freetuple(oldtup);
+
+	/* The new term's history row. */
+	hv[HCOL_NAME] = CStringGetTextDatum(name);
+	hv[HCOL_TERM] = Int64GetDatum(new_term);
+	hv[HCOL_HOLDER] = values[COL_HOLDER];
+	hv[HCOL_OWNER] = ObjectIdGetDatum(owner);
+	hv[HCOL_SESSION_BOUND] = BoolGetDatum(who->session_bound);
+	hv[HCOL_HOLDER_PID] = Int32GetDatum(MyProcPid);
+	hv[HCOL_ACQUIRED_AT] = TimestampTzGetDatum(now);
+	hn[HCOL_ENDED_AT] = hn[HCOL_END_REASON] = true;
+	le_direct_insert(history, history_pkey, hv, hn);
+
+	SetUserIdAndSecContext(save_userid, save_sec_context);
+	index_close(history_pkey, NoLock);
+	table_close(history, NoLock);
+	le_lookup_end(&lk);
+
+	le_history_trim_in_own_call(name);
+	le_store_note_grant(name, who, owner, new_term, expires);
+	return true;
+}
+
+/*
  * A takeover with its history: the old term ends (if it had a holder) at
  * ended_at for reason, the lease row gets the new term, and the new term's
  * history row is added.  One statement while the tables have their
@@ -1343,6 +1525,9 @@ le_store_take_over_with_history(const char *name, const LeIdentity *who,
 	char		n[19] = "                  ";
 
 	le_store_load_rels();
+	if (le_store_take_over_direct(name, who, owner, old_term, new_term, now,
+								  expires, end_old, ended_at, reason))
+		return;
 	if (!le_store_takeover_in_one_statement())
 	{
 		if (end_old)
@@ -1399,6 +1584,56 @@ le_store_release(const char *name, const LeaseRow *row, TimestampTz now)
 }
 
 /*
+ * le_store_lock_row without the executor, under READ COMMITTED while the
+ * table has its installed shape: the row's version committed at this
+ * instant, locked as SELECT ... FOR UPDATE (or FOR KEY SHARE) SKIP LOCKED
+ * locks it; true with the outcome set.  False, nothing locked, when the
+ * executor must do it: another isolation level, another shape, or a row
+ * changed between the lookup and the lock (the executor then follows it to
+ * its newest version).
+ */
+static bool
+le_store_lock_row_direct(const char *name, bool for_takeover,
+						 LeRowLock *outcome)
+{
+	LeLookup	lk;
+	bool		found;
+	TM_FailureData tmfd;
+	TM_Result	result;
+	ItemPointerData tid;
+
+	le_store_load_rels();
+	if (IsolationUsesXactSnapshot() || !le_rels.fast_path_ok)
+		return false;
+	found = le_lookup_begin(&lk, name, RowShareLock);
+	le_store_load_rels();
+	if (!le_rels.fast_path_ok)
+	{
+		le_lookup_end(&lk);
+		return false;
+	}
+	if (!found)
+	{
+		le_lookup_end(&lk);
+		*outcome = LE_ROW_ABSENT;
+		return true;
+	}
+	tid = lk.slot->tts_tid;
+	result = table_tuple_lock(lk.rel, &tid, lk.snap, lk.slot,
+							  GetCurrentCommandId(true),
+							  for_takeover ? LockTupleExclusive : LockTupleKeyShare,
+							  LockWaitSkip, 0, &tmfd);
+	le_lookup_end(&lk);
+	if (result == TM_Ok)
+		*outcome = LE_ROW_LOCKED;
+	else if (result == TM_WouldBlock)
+		*outcome = LE_ROW_BUSY;
+	else
+		return false;
+	return true;
+}
+
+/*
  * Lock the lease row without waiting.
  *
  * for_takeover: FOR UPDATE, which conflicts with the FOR KEY SHARE lock of
@@ -1419,7 +1654,10 @@ le_store_lock_row(const char *name, bool for_takeover)
 	Datum		v[1];
 	LeaseRow	latest;
 	bool		visible;
+	LeRowLock	outcome;
 
+	if (le_store_lock_row_direct(name, for_takeover, &outcome))
+		return outcome;
 	v[0] = CStringGetTextDatum(name);
 	le_spi_begin(&call);
 	le_spi_run(for_takeover ? STMT_LOCK_FOR_TAKEOVER : STMT_LOCK_FOR_FENCE,
