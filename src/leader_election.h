@@ -98,7 +98,7 @@ typedef struct LeaseRow
 /* Outcome of le_store_lock_row(). */
 typedef enum LeRowLock
 {
-	LE_ROW_LOCKED,				/* locked; re-read it with le_store_read() */
+	LE_ROW_LOCKED,				/* locked; *locked is its latest version */
 	LE_ROW_BUSY,				/* locked by another transaction */
 	LE_ROW_ABSENT				/* no row for the name */
 } LeRowLock;
@@ -178,7 +178,8 @@ extern TM_Result le_direct_update(Relation rel, Relation idx,
 extern void le_store_read(const char *name, LeaseRow *row);
 extern void le_store_read_for_answer(const char *name, LeaseRow *row);
 extern void le_store_read_row_for_answer(const char *name, LeaseRow *row);
-extern LeRowLock le_store_lock_row(const char *name, bool for_takeover);
+extern LeRowLock le_store_lock_row(const char *name, bool for_takeover,
+								   LeaseRow *locked);
 extern void le_store_prepare_takeover(void);
 extern void le_store_reserve(const char *name);
 extern void le_store_insert(const char *name, const LeIdentity *who,

@@ -484,18 +484,16 @@ le_try_acquire_from(const char *name, int64 ttl_usecs, const LeIdentity *who,
 	}
 
 	/* Free: take it over unless a fenced transaction still holds it (I6). */
-	if (le_store_lock_row(name, true) != LE_ROW_LOCKED)
-	{
-		le_unlock_writer(name);
-		return false;
-	}
-
 	/*
 	 * Decide again on the version the row lock covers: a change made
 	 * without the writer lock (a superuser's UPDATE) may have landed between
 	 * the read above and the lock.
 	 */
-	le_store_read(name, &locked);
+	if (le_store_lock_row(name, true, &locked) != LE_ROW_LOCKED)
+	{
+		le_unlock_writer(name);
+		return false;
+	}
 	now = GetCurrentTimestamp();
 	if (!locked.found || locked.term != row.term || locked.owner != row.owner ||
 		le_is_mine(&locked, who) || le_lease_valid(&locked, now))
@@ -768,7 +766,7 @@ assert_leader(PG_FUNCTION_ARGS)
 	le_store_read(name, &row);
 	le_check_owner(name, &row);
 
-	lock = le_store_lock_row(name, false);
+	lock = le_store_lock_row(name, false, NULL);
 	/* Decide on the latest version: the lock covers it (I5, I6). */
 	le_store_read(name, &row);
 	le_check_owner(name, &row);

@@ -1594,7 +1594,7 @@ le_store_release(const char *name, const LeaseRow *row, TimestampTz now)
  */
 static bool
 le_store_lock_row_direct(const char *name, bool for_takeover,
-						 LeRowLock *outcome)
+						 LeRowLock *outcome, LeaseRow *locked)
 {
 	LeLookup	lk;
 	bool		found;
@@ -1623,6 +1623,12 @@ le_store_lock_row_direct(const char *name, bool for_takeover,
 							  GetCurrentCommandId(true),
 							  for_takeover ? LockTupleExclusive : LockTupleKeyShare,
 							  LockWaitSkip, 0, &tmfd);
+	if (result == TM_Ok && locked != NULL)
+	{
+		/* The version locked is the latest: the lookup's, not changed since. */
+		slot_getallattrs(lk.slot);
+		le_row_from_datums(lk.slot->tts_values, lk.slot->tts_isnull, locked);
+	}
 	le_lookup_end(&lk);
 	if (result == TM_Ok)
 		*outcome = LE_ROW_LOCKED;
@@ -1642,13 +1648,14 @@ le_store_lock_row_direct(const char *name, bool for_takeover,
  * conflict with renewals and releases (FOR NO KEY UPDATE).
  *
  * The lock covers the row's latest version, but under REPEATABLE READ the
- * values the query returns may be its snapshot's older version, so callers
- * read the row again with le_store_read() after locking.  A row created after
+ * values the query returns may be its snapshot's older version, so that
+ * version is read again with le_store_read() into *locked (if not NULL)
+ * when the row is locked.  A row created after
  * that snapshot cannot be locked through it at all: that is a serialization
  * failure (40001), not "locked by someone else".
  */
 LeRowLock
-le_store_lock_row(const char *name, bool for_takeover)
+le_store_lock_row(const char *name, bool for_takeover, LeaseRow *locked)
 {
 	LeSpiCall	call;
 	Datum		v[1];
@@ -1656,7 +1663,7 @@ le_store_lock_row(const char *name, bool for_takeover)
 	bool		visible;
 	LeRowLock	outcome;
 
-	if (le_store_lock_row_direct(name, for_takeover, &outcome))
+	if (le_store_lock_row_direct(name, for_takeover, &outcome, locked))
 		return outcome;
 	v[0] = CStringGetTextDatum(name);
 	le_spi_begin(&call);
@@ -1665,6 +1672,8 @@ le_store_lock_row(const char *name, bool for_takeover)
 	if (SPI_processed == 1)
 	{
 		le_spi_end(&call);
+		if (locked != NULL)
+			le_store_read(name, locked);
 		return LE_ROW_LOCKED;
 	}
 	if (IsolationUsesXactSnapshot())
