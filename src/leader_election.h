@@ -180,7 +180,7 @@ extern void le_store_read_for_answer(const char *name, LeaseRow *row);
 extern void le_store_read_row_for_answer(const char *name, LeaseRow *row);
 extern LeRowLock le_store_lock_row(const char *name, bool for_takeover,
 								   LeaseRow *locked);
-extern void le_store_prepare_takeover(void);
+extern void le_store_prepare_takeover(const char *name);
 extern void le_store_reserve(const char *name);
 extern void le_store_insert(const char *name, const LeIdentity *who,
 							int64 term, TimestampTz now, TimestampTz expires);

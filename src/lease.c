@@ -812,7 +812,8 @@ assert_leader(PG_FUNCTION_ARGS)
 /*
  * Do now, before a waiter first sleeps, the once-per-backend work its
  * takeover would otherwise do in the instant it wins: the writer lock's key
- * and the HMAC library's set-up, the term era, the takeover's plans.  When a
+ * and the HMAC library's set-up, the term era, the takeover's plans and a
+ * first run of its reads (lease_store.c).  When a
  * session holding many leases ends, all their waiters wake at once on a few
  * cores, and that work was most of what each then did (bench/grants.sh,
  * storm).  Changes nothing.
@@ -824,7 +825,7 @@ le_prepare_takeover(const char *name)
 
 	le_writer_locktag(&tag, name);
 	le_terms_prepare();
-	le_store_prepare_takeover();
+	le_store_prepare_takeover(name);
 }
 
 /*

@@ -179,6 +179,7 @@ le_store_invalidate(Datum arg, Oid relid)
  */
 static void le_history_trim(const char *name);
 static void le_history_trim_in_own_call(const char *name);
+static int64 le_store_history_max_term_by_index(const char *name, int64 *count);
 
 /* history.end_reason of a reason. */
 static const char *
@@ -991,7 +992,7 @@ le_spi_build_generic_plan(LeStmt stmt)
  * the locks planning takes.
  */
 void
-le_store_prepare_takeover(void)
+le_store_prepare_takeover(const char *name)
 {
 	LeSpiCall	call;
 
@@ -1000,9 +1001,20 @@ le_store_prepare_takeover(void)
 		le_rels.fast_path_ok && le_rels.history_direct_ok)
 	{
 		Relation	history = table_open(le_rels.history, AccessShareLock);
+		LeaseRow	row;
+		int64		count;
 
 		le_direct_prepare(history);
 		table_close(history, NoLock);
+		/*
+		 * And the takeover's reads once, so that what they touch for the
+		 * first time in this backend (catalog entries, the pages of shared
+		 * memory they map) is not touched first in the instant it wins.
+		 */
+		le_store_read(name, &row);
+		(void) le_store_history_max_term_by_index(name, &count);
+		if (OidIsValid(le_rels.terms_seq))
+			relation_close(relation_open(le_rels.terms_seq, AccessShareLock), NoLock);
 		return;
 	}
 	le_spi_begin(&call);
