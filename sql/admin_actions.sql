@@ -497,6 +497,42 @@ ALTER TABLE leader_election.history DROP CONSTRAINT not_this,
 SELECT pg_temp.try($$SELECT try_acquire_leader('kc1', '1 hour', 'k1')$$) AS k1_now_granted,
        pg_temp.try($$SELECT try_acquire_leader('kc2', '1 hour', 'k2')$$) AS k2_refused;
 ALTER TABLE leader_election.history DROP CONSTRAINT not_this;
+-- A CHECK is evaluated as planned now, not as an earlier call planned it:
+-- a result that depends on a setting (extra_float_digits changes float8's
+-- text), and a built-in SQL function replaced (here inside a transaction
+-- that is rolled back).
+ALTER TABLE leader_election.history ADD CONSTRAINT float_text
+    CHECK ((0.1::float8 * 3)::text = '0.30000000000000004') NOT VALID;
+SELECT try_acquire_leader('ft1', '1 hour', 'h1') AS under_default_digits;
+SET extra_float_digits = 0;
+SELECT pg_temp.try($$SELECT try_acquire_leader('ft2', '1 hour', 'h1')$$) AS under_zero_digits;
+RESET extra_float_digits;
+ALTER TABLE leader_election.history DROP CONSTRAINT float_text;
+ALTER TABLE leader_election.history ADD CONSTRAINT holder_bits
+    CHECK (bit_length(holder) < 1000) NOT VALID;
+SELECT try_acquire_leader('bl1', '1 hour', 'h1') AS before_the_replacement;
+BEGIN;
+CREATE OR REPLACE FUNCTION pg_catalog.bit_length(text) RETURNS integer
+    LANGUAGE sql IMMUTABLE STRICT RETURN 123456;
+SELECT pg_temp.try($$SELECT try_acquire_leader('bl2', '1 hour', 'h1')$$) AS after_the_replacement;
+ROLLBACK;
+ALTER TABLE leader_election.history DROP CONSTRAINT holder_bits;
+-- A publication of updates needs a replica identity: a takeover that would
+-- end the old term's history row, and a renewal, are refused (55000) as
+-- UPDATE is, and change nothing.
+SELECT try_acquire_leader('ri', '100 ms', 'h1') AS h1_first;
+SELECT pg_temp.wait_until_expired('ri');
+ALTER TABLE leader_election.history REPLICA IDENTITY NOTHING;
+ALTER TABLE leader_election.leases REPLICA IDENTITY NOTHING;
+SET client_min_messages = error;
+CREATE PUBLICATION le_tables_pub FOR TABLE leader_election.history, leader_election.leases;
+RESET client_min_messages;
+SELECT pg_temp.try($$SELECT try_acquire_leader('ri', '1 hour', 'h2')$$) AS takeover_under_publication;
+SELECT pg_temp.try($$SELECT try_acquire_leader('ft1', '1 hour', 'h1')$$) AS renewal_under_publication;
+SELECT holder, expires_at < now() AS still_expired FROM leader_election.leases WHERE name = 'ri';
+DROP PUBLICATION le_tables_pub;
+ALTER TABLE leader_election.history REPLICA IDENTITY DEFAULT;
+ALTER TABLE leader_election.leases REPLICA IDENTITY DEFAULT;
 -- Row versions that do not fit on their page (not HOT updates) get their
 -- index entries: 300 names' history rows fill their pages, then every
 -- term ends by a takeover; amcheck finds every heap row in the indexes.

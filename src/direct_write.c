@@ -28,7 +28,8 @@
  *		as the executor does).
  *
  * le_direct_update() does the same for an UPDATE of one row the caller
- * found: NOT NULL and CHECK on the new version, heap_update (which waits
+ * found: the replica identity a publication of updates needs (55000, as
+ * UPDATE checks it), NOT NULL and CHECK on the new version, heap_update (which waits
  * for a concurrent writer of the row, as UPDATE does), and an index entry
  * for the new version unless the update was HOT.  The caller decides, as
  * UPDATE's WHERE clause would, on the version it found; when that version
@@ -57,12 +58,15 @@
 #include "catalog/index.h"
 #include "catalog/pg_am.h"
 #include "catalog/pg_class.h"
+#include "catalog/pg_language.h"
+#include "catalog/pg_proc.h"
 #include "executor/executor.h"
 #include "nodes/nodeFuncs.h"
 #include "nodes/readfuncs.h"
 #include "optimizer/optimizer.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
+#include "utils/syscache.h"
 
 #include "compat.h"
 #include "leader_election.h"
@@ -90,11 +94,17 @@ le_check_not_null(Relation rel, const bool *nulls)
  * Planned CHECK expressions kept across calls, because planning one on
  * every call was most of a takeover's cost of ending its old term (the
  * installed history_end_reason folds its ARRAY constant each time).
- * Kept only when planning again could not give anything else: the
- * expression calls only PostgreSQL's own functions (OIDs below
- * FirstGenbkiObjectId, which no CREATE OR REPLACE makes), and has no
- * domain (whose constraints ALTER DOMAIN changes), no subquery and no
- * parameter.  Anything else is planned on every call, as the executor does.
+ * Kept only when planning again could not give anything else, which is
+ * when planning evaluated and inlined nothing (le_check_keepable): every
+ * function the expression calls is one of PostgreSQL's own (OID below
+ * FirstGenbkiObjectId) written in C or internal (so not inlined), and
+ * has a column among its arguments (so not folded into a constant: an
+ * immutable function's result may still depend on settings, text search
+ * configurations or a replaced definition); and there is no domain (whose
+ * constraints ALTER DOMAIN changes), subquery or parameter.  What
+ * planning may still fold is then only constant structure (an ARRAY of
+ * literals), which nothing can change.  Anything else is planned on every
+ * call, as the executor does.
  * Entries are found by the constraint's stored text (ccbin), compared in
  * full on every call, so a constraint added, dropped or changed is never
  * answered from an older entry.  They are never freed (an evaluation in
@@ -112,23 +122,50 @@ typedef struct LeKeptCheck
 static LeKeptCheck le_kept_checks[LE_KEPT_CHECKS];
 static int	le_kept_check_count = 0;
 
+/* check_functions_in_node: does the node call a function at all? */
 static bool
-le_is_not_builtin(Oid func_id, void *context)
+le_any_function(Oid func_id, void *context)
 {
-	return func_id >= FirstGenbkiObjectId;
+	return true;
 }
 
-/* Does the planned expression have anything that planning again could change? */
+/* May a plan that calls this function be kept?  (check_functions_in_node) */
 static bool
-le_check_may_change(Node *node, void *context)
+le_function_not_keepable(Oid func_id, void *context)
+{
+	HeapTuple	tup;
+	bool		not_keepable = true;
+
+	if (func_id >= FirstGenbkiObjectId)
+		return true;
+	tup = SearchSysCache1(PROCOID, ObjectIdGetDatum(func_id));
+	if (HeapTupleIsValid(tup))
+	{
+		Oid			lang = ((Form_pg_proc) GETSTRUCT(tup))->prolang;
+
+		not_keepable = lang != INTERNALlanguageId && lang != ClanguageId;
+		ReleaseSysCache(tup);
+	}
+	return not_keepable;
+}
+
+/* Does the stored expression have anything planning could evaluate or inline? */
+static bool
+le_check_not_keepable(Node *node, void *context)
 {
 	if (node == NULL)
 		return false;
 	if (IsA(node, CoerceToDomain) || IsA(node, CoerceToDomainValue) ||
 		IsA(node, SubLink) || IsA(node, SubPlan) || IsA(node, Param) ||
-		check_functions_in_node(node, le_is_not_builtin, NULL))
+		IsA(node, CaseTestExpr))
 		return true;
-	return expression_tree_walker(node, le_check_may_change, context);
+	if (check_functions_in_node(node, le_function_not_keepable, NULL))
+		return true;
+	/* A call of constants only would be folded at planning. */
+	if (check_functions_in_node(node, le_any_function, NULL) &&
+		!contain_var_clause(node))
+		return true;
+	return expression_tree_walker(node, le_check_not_keepable, context);
 }
 
 /* The planned expression of a CHECK constraint's stored text. */
@@ -137,22 +174,16 @@ le_planned_check(const char *ccbin)
 {
 	Node	   *stored;
 	Expr	   *planned;
-	bool		may_change;
 	MemoryContext old;
 
 	for (int i = 0; i < le_kept_check_count; i++)
 		if (strcmp(le_kept_checks[i].ccbin, ccbin) == 0)
 			return le_kept_checks[i].planned;
-	/*
-	 * Both as stored and as planned: planning inlines SQL functions and
-	 * drops a domain without constraints, hiding what could change.
-	 */
 	stored = stringToNode(ccbin);
-	may_change = le_check_may_change(stored, NULL);
+	if (le_kept_check_count == LE_KEPT_CHECKS ||
+		le_check_not_keepable(stored, NULL))
+		return expression_planner((Expr *) stored);
 	planned = expression_planner((Expr *) stored);
-	if (may_change || le_kept_check_count == LE_KEPT_CHECKS ||
-		le_check_may_change((Node *) planned, NULL))
-		return planned;
 	old = MemoryContextSwitchTo(TopMemoryContext);
 	le_kept_checks[le_kept_check_count].ccbin = pstrdup(ccbin);
 	le_kept_checks[le_kept_check_count].planned = copyObject(planned);
@@ -331,6 +362,8 @@ le_direct_update(Relation rel, Relation idx, ItemPointer otid, HeapTuple newtup)
 	LockTupleMode lockmode;
 	TM_Result	result;
 
+	/* Refused, as UPDATE is, under a publication the table cannot serve. */
+	CheckCmdReplicaIdentity(rel, CMD_UPDATE);
 	heap_deform_tuple(newtup, RelationGetDescr(rel), values, nulls);
 	le_check_not_null(rel, nulls);
 	le_check_constraints(rel, newtup);

@@ -44,6 +44,7 @@
 #include "catalog/pg_trigger.h"
 #include "catalog/pg_type.h"
 #include "commands/sequence.h"
+#include "executor/executor.h"
 #include "executor/spi.h"
 #include "executor/tuptable.h"
 #include "fmgr.h"
@@ -651,6 +652,8 @@ le_store_renew_in_place(const char *name, const LeaseRow *row,
 		replace[COL_HOLDER_PID] = replace[COL_HOLDER_ROLE] = true;
 		replace[COL_APPLICATION_NAME] = replace[COL_CLIENT_ADDR] = true;
 
+		/* As UPDATE: refused under a publication the table cannot serve. */
+		CheckCmdReplicaIdentity(lk.rel, CMD_UPDATE);
 		oldtup = ExecFetchSlotHeapTuple(lk.slot, false, &shouldfree);
 		newtup = heap_modify_tuple(oldtup, RelationGetDescr(lk.rel),
 								   values, nulls, replace);
@@ -1631,10 +1634,20 @@ le_store_lock_row_direct(const char *name, bool for_takeover,
 		return true;
 	}
 	tid = lk.slot->tts_tid;
+
+	/*
+	 * LOCK_UPDATE_IN_PROGRESS, as the executor's row locks: a version being
+	 * written by a transaction still in progress (a renewal, a release, a
+	 * move, an administrator's UPDATE) is locked too, and the lock follows
+	 * it to the new version if that commits.  Without it a fence taken
+	 * then would cover only the old version, and a takeover of the new one
+	 * would not wait for the fenced transaction.
+	 */
 	result = table_tuple_lock(lk.rel, &tid, lk.snap, lk.slot,
 							  GetCurrentCommandId(true),
 							  for_takeover ? LockTupleExclusive : LockTupleKeyShare,
-							  LockWaitSkip, 0, &tmfd);
+							  LockWaitSkip, TUPLE_LOCK_FLAG_LOCK_UPDATE_IN_PROGRESS,
+							  &tmfd);
 	if (result == TM_Ok && locked != NULL)
 	{
 		/* The version locked is the latest: the lookup's, not changed since. */
