@@ -60,6 +60,7 @@
 #include "catalog/pg_class.h"
 #include "catalog/pg_language.h"
 #include "catalog/pg_proc.h"
+#include "catalog/pg_publication.h"
 #include "executor/executor.h"
 #include "nodes/nodeFuncs.h"
 #include "nodes/readfuncs.h"
@@ -192,8 +193,11 @@ le_planned_check(const char *ccbin)
 }
 
 /*
- * Plan now the CHECK constraints of rel that can be kept (a waiter, before
- * it sleeps, for the takeover it may make).
+ * Do now what le_direct_update's first call in this backend would do for
+ * rel (a waiter, before it sleeps, for the takeover it may make): plan the
+ * CHECK constraints that can be kept, and build the relation's description
+ * of the publications it is in (which the replica identity check reads;
+ * the relcache keeps it until an invalidation).
  */
 void
 le_direct_prepare(Relation rel)
@@ -201,6 +205,9 @@ le_direct_prepare(Relation rel)
 	TupleConstr *constr = RelationGetDescr(rel)->constr;
 	int			n = constr == NULL ? 0 : constr->num_check;
 	char	  **texts = palloc(sizeof(char *) * Max(n, 1));
+	PublicationDesc pubdesc;
+
+	RelationBuildPublicationDesc(rel, &pubdesc);
 
 	for (int i = 0; i < n; i++)
 		texts[i] = pstrdup(constr->check[i].ccbin);

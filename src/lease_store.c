@@ -1004,10 +1004,13 @@ le_store_prepare_takeover(const char *name)
 		le_rels.fast_path_ok && le_rels.history_direct_ok)
 	{
 		Relation	history = table_open(le_rels.history, AccessShareLock);
+		Relation	leases = table_open(le_rels.leases, AccessShareLock);
 		LeaseRow	row;
 		int64		count;
 
 		le_direct_prepare(history);
+		le_direct_prepare(leases);
+		table_close(leases, NoLock);
 		table_close(history, NoLock);
 		/*
 		 * And the takeover's reads once, so that what they touch for the
