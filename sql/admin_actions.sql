@@ -534,11 +534,8 @@ DROP PUBLICATION le_tables_pub;
 ALTER TABLE leader_election.history REPLICA IDENTITY DEFAULT;
 ALTER TABLE leader_election.leases REPLICA IDENTITY DEFAULT;
 -- Row versions that do not fit on their page (not HOT updates) get their
--- index entries: 300 names' history rows fill their pages (fillfactor 100
--- here; as installed, half of each page is left for the ends of terms),
--- then every term ends by a takeover; amcheck finds every heap row in the
--- indexes.
-ALTER TABLE leader_election.history SET (fillfactor = 100);
+-- index entries: 300 names' history rows fill their pages, then every
+-- term ends by a takeover; amcheck finds every heap row in the indexes.
 SELECT count(try_acquire_leader('np' || i, '100 ms', 'h1')) AS granted
 FROM generate_series(1, 300) AS i;
 SELECT pg_temp.wait_until_expired('np300');
@@ -554,7 +551,6 @@ SET enable_seqscan = off;
 SELECT count(*) AS ended_by_expiry_found_by_index FROM leader_election.history
 WHERE name >= 'np' AND name < 'nq' AND end_reason = 'expired';
 RESET enable_seqscan;
-ALTER TABLE leader_election.history SET (fillfactor = 50);
 
 SELECT dblink_disconnect('admin');
 DROP EXTENSION dblink;

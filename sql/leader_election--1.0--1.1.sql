@@ -473,13 +473,6 @@ ALTER TABLE leader_election.history ADD CONSTRAINT history_end_reason CHECK
     (end_reason OPERATOR(pg_catalog.=) ANY (ARRAY['released', 'expired', 'session_ended', 'moved']::pg_catalog.text[]));
 COMMENT ON TABLE leader_election.history IS
     'One row per term: who held it, when it began and how it ended (released, expired, session_ended, moved); ended_at is NULL while the term is current or until the next takeover notices its end';
--- Every history row is written twice: when its term begins, and when the
--- next takeover ends it.  Half of each page is kept free for that second
--- version, so it stays on the row's page (a HOT update: no new index
--- entry, no search for a page elsewhere, which 250 takeovers at once all
--- made on the table's last page).  Pages written before the update keep
--- their fill.
-ALTER TABLE leader_election.history SET (fillfactor = 50);
 
 CREATE FUNCTION @extschema@.set_leader_info(name text, info jsonb, holder text DEFAULT NULL)
     RETURNS boolean
