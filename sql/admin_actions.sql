@@ -517,6 +517,35 @@ CREATE OR REPLACE FUNCTION pg_catalog.bit_length(text) RETURNS integer
 SELECT pg_temp.try($$SELECT try_acquire_leader('bl2', '1 hour', 'h1')$$) AS after_the_replacement;
 ROLLBACK;
 ALTER TABLE leader_election.history DROP CONSTRAINT holder_bits;
+-- ... and GREATEST, which planning folds with its type's comparison
+-- function (not a function call in the expression): replacing that
+-- function applies to the next takeover.
+CREATE TYPE public.le_pick AS (k int, ok boolean);
+CREATE FUNCTION public.le_pick_cmp(public.le_pick, public.le_pick) RETURNS int
+    IMMUTABLE LANGUAGE sql AS 'SELECT btint4cmp(($2).k, ($1).k)';
+CREATE OPERATOR CLASS public.le_pick_ops DEFAULT FOR TYPE public.le_pick USING btree
+    AS FUNCTION 1 public.le_pick_cmp(public.le_pick, public.le_pick);
+ALTER TABLE leader_election.history ADD CONSTRAINT pick_ok
+    CHECK (ended_at IS NULL OR (GREATEST('(1,t)'::public.le_pick, '(2,f)'::public.le_pick)).ok) NOT VALID;
+SELECT count(try_acquire_leader(n, '100 ms', 'h1')) AS granted FROM (VALUES ('gr1'), ('gr2')) AS v(n);
+SELECT pg_temp.wait_until_expired('gr2');
+SELECT try_acquire_leader('gr1', '1 hour', 'h2') AS before_the_replacement;
+CREATE OR REPLACE FUNCTION public.le_pick_cmp(public.le_pick, public.le_pick) RETURNS int
+    IMMUTABLE LANGUAGE sql AS 'SELECT btint4cmp(($1).k, ($2).k)';
+SELECT pg_temp.try($$SELECT try_acquire_leader('gr2', '1 hour', 'h2')$$) AS after_the_replacement;
+ALTER TABLE leader_election.history DROP CONSTRAINT pick_ok;
+SET client_min_messages = warning;
+DROP TYPE public.le_pick CASCADE;
+RESET client_min_messages;
+-- The statement that calls the extension has itself changed the old
+-- term's history row: the takeover ends the version it sees after that
+-- change, as SQL would.
+SELECT try_acquire_leader('sm', '100 ms', 'h1') AS h1_first;
+SELECT pg_temp.wait_until_expired('sm');
+WITH touched AS (UPDATE leader_election.history SET holder_pid = holder_pid
+                 WHERE name = 'sm' AND ended_at IS NULL RETURNING 1)
+SELECT try_acquire_leader('sm', '1 hour', 'h2') AS taken_over FROM touched;
+SELECT holder, end_reason FROM leader_election.history WHERE name = 'sm' ORDER BY term;
 -- A publication of updates needs a replica identity: a takeover that would
 -- end the old term's history row, and a renewal, are refused (55000) as
 -- UPDATE is, and change nothing.

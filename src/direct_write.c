@@ -150,16 +150,37 @@ le_function_not_keepable(Oid func_id, void *context)
 	return not_keepable;
 }
 
-/* Does the stored expression have anything planning could evaluate or inline? */
+/*
+ * Does the stored expression have anything planning could evaluate or
+ * inline?  Only the node types listed are looked into; any other (a
+ * domain, a subquery, GREATEST, a subscript, a row comparison, ...) may
+ * call a function planning does not show, so it is not kept.
+ */
 static bool
 le_check_not_keepable(Node *node, void *context)
 {
 	if (node == NULL)
 		return false;
-	if (IsA(node, CoerceToDomain) || IsA(node, CoerceToDomainValue) ||
-		IsA(node, SubLink) || IsA(node, SubPlan) || IsA(node, Param) ||
-		IsA(node, CaseTestExpr))
-		return true;
+	switch (nodeTag(node))
+	{
+		case T_Var:
+		case T_Const:
+		case T_List:
+		case T_FuncExpr:
+		case T_OpExpr:
+		case T_DistinctExpr:
+		case T_NullIfExpr:
+		case T_ScalarArrayOpExpr:
+		case T_BoolExpr:
+		case T_NullTest:
+		case T_BooleanTest:
+		case T_RelabelType:
+		case T_CoerceViaIO:
+		case T_ArrayExpr:
+			break;
+		default:
+			return true;
+	}
 	if (check_functions_in_node(node, le_function_not_keepable, NULL))
 		return true;
 	/* A call of constants only would be folded at planning. */
@@ -357,7 +378,9 @@ le_direct_insert(Relation rel, Relation idx, Datum *values, bool *nulls)
  * heap_update, waiting for a transaction that is changing the row.  On
  * TM_Ok the new version has its index entry (unless HOT) and is visible to
  * the next command; TM_Updated or TM_Deleted means a concurrent
- * transaction changed the row and committed: nothing was written.
+ * transaction changed the row and committed, TM_SelfModified that the
+ * current command of this transaction did (a statement that changed the
+ * row before calling the extension): nothing was written.
  * Caller: as for le_direct_insert.
  */
 TM_Result
@@ -397,7 +420,8 @@ le_direct_update(Relation rel, Relation idx, ItemPointer otid, HeapTuple newtup)
 		}
 		CommandCounterIncrement();
 	}
-	else if (result != TM_Updated && result != TM_Deleted)
+	else if (result != TM_Updated && result != TM_Deleted &&
+			 result != TM_SelfModified)
 		elog(ERROR, "unexpected result %d updating a row of \"%s\"",
 			 (int) result, RelationGetRelationName(rel));
 	pfree(values);

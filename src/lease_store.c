@@ -1488,9 +1488,16 @@ le_store_take_over_direct(const char *name, const LeIdentity *who, Oid owner,
 					heap_freetuple(htup);
 			}
 			UnregisterSnapshot(snap);
-			/* Changed by someone else meanwhile: look at the newest version. */
 			if (result == TM_Ok)
 				break;
+
+			/*
+			 * Changed by someone else meanwhile, or by the statement that
+			 * called us (whose changes the next command sees, as SQL would
+			 * see them): look at the newest version.
+			 */
+			if (result == TM_SelfModified)
+				CommandCounterIncrement();
 		}
 		ExecDropSingleTupleTableSlot(hslot);
 	}
