@@ -29,12 +29,13 @@
  *
  * le_direct_update() does the same for an UPDATE of one row the caller
  * found: the replica identity a publication of updates needs (55000, as
- * UPDATE checks it), NOT NULL and CHECK on the new version, heap_update (which waits
- * for a concurrent writer of the row, as UPDATE does), and an index entry
- * for the new version unless the update was HOT.  The caller decides, as
- * UPDATE's WHERE clause would, on the version it found; when that version
- * was changed meanwhile it is told so (TM_Updated, TM_Deleted) and looks
- * again, as UPDATE under READ COMMITTED re-checks the newest version.
+ * UPDATE checks it), NOT NULL and CHECK on the new version, heap_update
+ * (which waits for a concurrent writer of the row, as UPDATE does), and an
+ * index entry for the new version unless the update was HOT.  The caller
+ * decides, as UPDATE's WHERE clause would, on the version it found; when
+ * that version was changed meanwhile it is told so (TM_Updated,
+ * TM_Deleted, TM_SelfModified) and looks again, as UPDATE under READ
+ * COMMITTED re-checks the newest version.
  *
  * What it does not do is why le_direct_insert_allowed() exists: other
  * indexes, triggers, rules, row-level security that applies to the
@@ -96,16 +97,18 @@ le_check_not_null(Relation rel, const bool *nulls)
  * every call was most of a takeover's cost of ending its old term (the
  * installed history_end_reason folds its ARRAY constant each time).
  * Kept only when planning again could not give anything else, which is
- * when planning evaluated and inlined nothing (le_check_keepable): every
- * function the expression calls is one of PostgreSQL's own (OID below
- * FirstGenbkiObjectId) written in C or internal (so not inlined), and
- * has a column among its arguments (so not folded into a constant: an
- * immutable function's result may still depend on settings, text search
- * configurations or a replaced definition); and there is no domain (whose
- * constraints ALTER DOMAIN changes), subquery or parameter.  What
- * planning may still fold is then only constant structure (an ARRAY of
- * literals), which nothing can change.  Anything else is planned on every
- * call, as the executor does.
+ * when planning evaluated and inlined nothing (le_check_not_keepable):
+ * every node is of a type that calls no function planning would hide
+ * (not GREATEST, a subscript, a row comparison, a domain, a subquery, a
+ * parameter, ...); every function it calls is one of PostgreSQL's own
+ * (OID below FirstGenbkiObjectId) written in C or internal (so not
+ * inlined); and every call has a column among its arguments (so it is not
+ * folded into a constant: an immutable function's result may still
+ * depend on settings, text search configurations or a replaced
+ * definition).  What planning may still fold is then only constant
+ * structure (an ARRAY of literals), which nothing can change.  Anything
+ * else is planned on every call, as the executor does.
+ *
  * Entries are found by the constraint's stored text (ccbin), compared in
  * full on every call, so a constraint added, dropped or changed is never
  * answered from an older entry.  They are never freed (an evaluation in

@@ -483,11 +483,11 @@ le_try_acquire_from(const char *name, int64 ttl_usecs, const LeIdentity *who,
 		return false;
 	}
 
-	/* Free: take it over unless a fenced transaction still holds it (I6). */
 	/*
-	 * Decide again on the version the row lock covers: a change made
-	 * without the writer lock (a superuser's UPDATE) may have landed between
-	 * the read above and the lock.
+	 * Free: take it over unless a fenced transaction still holds it (I6).
+	 * Decide again on the version the row lock covers (`locked`): a change
+	 * made without the writer lock (a superuser's UPDATE) may have landed
+	 * between the read above and the lock.
 	 */
 	if (le_store_lock_row(name, true, &locked) != LE_ROW_LOCKED)
 	{

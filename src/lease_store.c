@@ -1466,14 +1466,17 @@ le_store_take_over_direct(const char *name, const LeIdentity *who, Oid owner,
 
 		for (;;)
 		{
-			Snapshot	snap = RegisterSnapshot(GetLatestSnapshot());
+			Snapshot	snap;
 			Datum		ev[HISTORY_NCOLS] = {0};
 			bool		en[HISTORY_NCOLS] = {0};
 			bool		er[HISTORY_NCOLS] = {0};
-			bool		open = le_history_open_row(history, history_pkey, name,
-												   old_term, snap, hslot);
+			bool		open;
 			TM_Result	result = TM_Ok;
 
+			CHECK_FOR_INTERRUPTS();
+			snap = RegisterSnapshot(GetLatestSnapshot());
+			open = le_history_open_row(history, history_pkey, name, old_term,
+									   snap, hslot);
 			if (open)
 			{
 				HeapTuple	htup = ExecFetchSlotHeapTuple(hslot, false, &shouldfree);
@@ -1660,7 +1663,11 @@ le_store_lock_row_direct(const char *name, bool for_takeover,
 							  &tmfd);
 	if (result == TM_Ok && locked != NULL)
 	{
-		/* The version locked is the latest: the lookup's, not changed since. */
+		/*
+		 * Only takeovers ask for the row, and a FOR UPDATE lock is not
+		 * granted on a version another transaction is replacing: the
+		 * version locked is the latest, the lookup's.
+		 */
 		slot_getallattrs(lk.slot);
 		le_row_from_datums(lk.slot->tts_values, lk.slot->tts_isnull, locked);
 	}
