@@ -344,6 +344,30 @@ le_direct_insert_allowed(Relation rel, Oid only_index, bool only_our_triggers)
 }
 
 /*
+ * The entry of the row version at tid (values/nulls in table column order)
+ * in rel's only index idx, with the unique check if idx is unique.
+ * key_unchanged: an UPDATE's new version of a row whose key stays.
+ */
+static void
+le_index_entry(Relation rel, Relation idx, Datum *values, bool *nulls,
+			   ItemPointer tid, bool key_unchanged)
+{
+	Datum		keys[INDEX_MAX_KEYS];
+	bool		key_nulls[INDEX_MAX_KEYS];
+
+	for (int i = 0; i < idx->rd_index->indnatts; i++)
+	{
+		AttrNumber	att = idx->rd_index->indkey.values[i];
+
+		keys[i] = values[att - 1];
+		key_nulls[i] = nulls[att - 1];
+	}
+	index_insert(idx, keys, key_nulls, tid, rel,
+				 idx->rd_index->indisunique ? UNIQUE_CHECK_YES : UNIQUE_CHECK_NO,
+				 key_unchanged, BuildIndexInfo(idx));
+}
+
+/*
  * Insert one row (values/nulls in table column order) into rel and its
  * only index idx, as INSERT would.  Caller: relations locked with
  * RowExclusiveLock, le_direct_insert_allowed() true under that lock.  The
@@ -353,24 +377,12 @@ void
 le_direct_insert(Relation rel, Relation idx, Datum *values, bool *nulls)
 {
 	HeapTuple	tup;
-	Datum		keys[INDEX_MAX_KEYS];
-	bool		key_nulls[INDEX_MAX_KEYS];
-	int			nkeys = idx->rd_index->indnatts;
 
 	le_check_not_null(rel, nulls);
 	tup = heap_form_tuple(RelationGetDescr(rel), values, nulls);
 	le_check_constraints(rel, tup);
 	heap_insert(rel, tup, GetCurrentCommandId(true), 0, NULL);
-	for (int i = 0; i < nkeys; i++)
-	{
-		AttrNumber	att = idx->rd_index->indkey.values[i];
-
-		keys[i] = values[att - 1];
-		key_nulls[i] = nulls[att - 1];
-	}
-	index_insert(idx, keys, key_nulls, &tup->t_self, rel,
-				 idx->rd_index->indisunique ? UNIQUE_CHECK_YES : UNIQUE_CHECK_NO,
-				 false, BuildIndexInfo(idx));
+	le_index_entry(rel, idx, values, nulls, &tup->t_self, false);
 	heap_freetuple(tup);
 	CommandCounterIncrement();
 }
@@ -404,23 +416,9 @@ le_direct_update(Relation rel, Relation idx, ItemPointer otid, HeapTuple newtup)
 							&tmfd, &lockmode);
 	if (result == TM_Ok)
 	{
+		/* The key is unchanged: the unique check skips the old version. */
 		if (!HeapTupleIsHeapOnly(newtup))
-		{
-			Datum		keys[INDEX_MAX_KEYS];
-			bool		key_nulls[INDEX_MAX_KEYS];
-
-			for (int i = 0; i < idx->rd_index->indnatts; i++)
-			{
-				AttrNumber	att = idx->rd_index->indkey.values[i];
-
-				keys[i] = values[att - 1];
-				key_nulls[i] = nulls[att - 1];
-			}
-			/* The key is unchanged: the unique check skips the old version. */
-			index_insert(idx, keys, key_nulls, &newtup->t_self, rel,
-						 idx->rd_index->indisunique ? UNIQUE_CHECK_YES : UNIQUE_CHECK_NO,
-						 true, BuildIndexInfo(idx));
-		}
+			le_index_entry(rel, idx, values, nulls, &newtup->t_self, true);
 		CommandCounterIncrement();
 	}
 	else if (result != TM_Updated && result != TM_Deleted &&
