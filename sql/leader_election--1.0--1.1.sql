@@ -137,7 +137,7 @@ ALTER TABLE leader_election.term_era REPLICA IDENTITY FULL;
 -- ===================================================================
 
 /*
- * The names' writer locks are keyed by HMAC-SHA256 of the name under this
+ * The names' writer locks are keyed by SipHash-2-4 of the name under this
  * secret (src/lease.c), so no role that cannot read it can pick a name whose
  * writer lock collides with another role's name.  Only the extension's
  * owner reads it.  It is not dumped: CREATE EXTENSION in a restored database

@@ -345,4 +345,8 @@ extern void le_notify_flush_into_transaction(void);
 /* role_guard.c */
 extern void le_role_guard_install(void);
 
+/* keyed_hash.c */
+extern uint64 le_keyed_hash64(const uint8 *key, const uint8 *data, size_t len);
+extern bool le_keyed_hash_self_test(void);
+
 #endif							/* LEADER_ELECTION_H */

@@ -109,8 +109,6 @@
 #include "postgres.h"
 
 #include "access/xact.h"
-#include "common/hmac.h"
-#include "common/sha2.h"
 #include "funcapi.h"
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
@@ -143,29 +141,31 @@ PG_FUNCTION_INFO_V1(le_lease_is_valid);
 /* ---- building blocks ---- */
 
 /*
- * The writer lock of a name: (database, 64 bits of HMAC-SHA256 of the name
- * under the database's secret lock key, lease_store.c).  A role that can
- * choose names but cannot read the key cannot choose one whose lock
- * collides with another role's name (an unkeyed hash such as lookup3 can be
- * inverted in milliseconds), so it cannot block that name's writers.
+ * The writer lock of a name: (database, SipHash-2-4 of the name under the
+ * database's secret lock key, lease_store.c, folded to 16 bytes;
+ * keyed_hash.c).  A role that can choose names but cannot read the key
+ * cannot choose one whose lock collides with another role's name (an
+ * unkeyed hash such as lookup3 can be inverted in milliseconds), so it
+ * cannot block that name's writers.
  */
 static void
 le_writer_locktag(LOCKTAG *tag, const char *name)
 {
+	static bool self_tested = false;
 	uint8		key[LE_LOCK_KEY_BYTES];
-	uint8		mac[PG_SHA256_DIGEST_LENGTH];
-	pg_hmac_ctx *ctx;
+	uint8		folded[LE_LOCK_KEY_BYTES / 2];
 	uint64		h;
 
+	if (!self_tested)
+	{
+		if (!le_keyed_hash_self_test())
+			elog(ERROR, "the keyed hash of writer locks fails its test vector");
+		self_tested = true;
+	}
 	le_store_lock_key(key);
-	ctx = pg_hmac_create(PG_SHA256);
-	if (ctx == NULL ||
-		pg_hmac_init(ctx, key, sizeof(key)) < 0 ||
-		pg_hmac_update(ctx, (const uint8 *) name, strlen(name)) < 0 ||
-		pg_hmac_final(ctx, mac, sizeof(mac)) < 0)
-		elog(ERROR, "could not compute the writer lock of lease \"%s\"", name);
-	pg_hmac_free(ctx);
-	memcpy(&h, mac, sizeof(h));
+	for (int i = 0; i < LE_LOCK_KEY_BYTES / 2; i++)
+		folded[i] = key[i] ^ key[i + LE_LOCK_KEY_BYTES / 2];
+	h = le_keyed_hash64(folded, (const uint8 *) name, strlen(name));
 	SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId, (uint32) (h >> 32), (uint32) h,
 						 LE_LOCKTAG_WRITER);
 }
@@ -432,7 +432,13 @@ le_try_acquire_from(const char *name, int64 ttl_usecs, const LeIdentity *who,
 		return true;
 	}
 
-	le_store_read(name, &row);
+	/*
+	 * The second look, under the writer lock.  From the lease cache when it
+	 * answers: an entry it accepts is the latest committed row (C1,
+	 * lease_cache.c), as a fresh snapshot of the table would show it; the
+	 * first look's miss has usually just filled it.
+	 */
+	le_store_read_for_answer(name, &row);
 	le_check_owner(name, &row);
 
 	if (!row.found)
@@ -812,7 +818,7 @@ assert_leader(PG_FUNCTION_ARGS)
 /*
  * Do now, before a waiter first sleeps, the once-per-backend work its
  * takeover would otherwise do in the instant it wins: the writer lock's key
- * and the HMAC library's set-up, the term era, the takeover's plans and a
+ * and the keyed hash's self-test, the term era, the takeover's plans and a
  * first run of its reads (lease_store.c).  When a
  * session holding many leases ends, all their waiters wake at once on a few
  * cores, and that work was most of what each then did (bench/grants.sh,
