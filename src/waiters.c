@@ -24,7 +24,9 @@
  * defer, forever, to a waiter of another name.
  *
  * LOCKING: one spinlock over the array, held only to fill, free or scan it
- * (no allocation, no error, no other lock inside).
+ * (no allocation, no error, no other lock inside).  Scans read a dense
+ * array of pids, databases, priorities, tickets and name hashes; the names
+ * and holders are apart and read only for an entry whose hash matched.
  *
  * Without preloading there is no shared memory: nobody registers, nobody is
  * outranked, and waiters race as in 1.0 (documented in the README).
@@ -42,17 +44,27 @@
 
 #include "leader_election.h"
 
+/*
+ * What scans compare, in a dense array of its own so that a scan under the
+ * spinlock reads a few pages, not the labels of every entry.
+ */
 typedef struct LeWaiter
 {
 	int			pid;			/* 0: free */
 	Oid			dbid;
 	int32		priority;
-	uint64		ticket;			/* lower: waiting longer */
 	uint32		name_hash;		/* compared before the name */
-	char		name[LE_MAX_NAME_BYTES + 1];
-	char		holder[LE_MAX_HOLDER_BYTES + 1];	/* who it waits as */
+	uint64		ticket;			/* lower: waiting longer */
 } LeWaiter;
 
+/* The labels of entry i, read only once its hash matched. */
+typedef struct LeWaiterLabels
+{
+	char		name[LE_MAX_NAME_BYTES + 1];
+	char		holder[LE_MAX_HOLDER_BYTES + 1];	/* who it waits as */
+} LeWaiterLabels;
+
+/* entries[size], then (MAXALIGNed) LeWaiterLabels[size]. */
 typedef struct LeWaiters
 {
 	slock_t		mutex;
@@ -73,11 +85,25 @@ le_waiters_count(void)
 	return MaxConnections + max_worker_processes;
 }
 
+static Size
+le_waiters_labels_offset(int count)
+{
+	return MAXALIGN(add_size(offsetof(LeWaiters, entries),
+							 mul_size(count, sizeof(LeWaiter))));
+}
+
 Size
 le_waiters_shmem_size(void)
 {
-	return add_size(offsetof(LeWaiters, entries),
-					mul_size(le_waiters_count(), sizeof(LeWaiter)));
+	return add_size(le_waiters_labels_offset(le_waiters_count()),
+					mul_size(le_waiters_count(), sizeof(LeWaiterLabels)));
+}
+
+static LeWaiterLabels *
+le_labels(int i)
+{
+	return (LeWaiterLabels *) ((char *) le_waiters +
+							   le_waiters_labels_offset(le_waiters->size)) + i;
 }
 
 void
@@ -134,8 +160,8 @@ le_waiter_register(const char *name, const char *holder, int32 priority)
 		w->priority = priority;
 		w->ticket = le_waiters->next_ticket++;
 		w->name_hash = hash_bytes((const unsigned char *) name, strlen(name));
-		strlcpy(w->name, name, sizeof(w->name));
-		strlcpy(w->holder, holder, sizeof(w->holder));
+		strlcpy(le_labels(i)->name, name, sizeof(le_labels(i)->name));
+		strlcpy(le_labels(i)->holder, holder, sizeof(le_labels(i)->holder));
 		le_my_entry = i;
 		break;
 	}
@@ -150,22 +176,32 @@ void
 le_waiter_unregister(bool acquired)
 {
 	char		name[LE_MAX_NAME_BYTES + 1];
+	bool		look;
 	bool		others = false;
 
 	if (le_waiters == NULL || le_my_entry < 0)
 		return;
+
+	/*
+	 * Only a waiter that leaves without the lease wakes the others, and
+	 * nobody else is to be woken if the name's wakeup slot counts this backend
+	 * alone: a waiter registers here before it is counted there (see
+	 * le_waiter_outranked), and one arriving right now tries before it
+	 * sleeps.  A storm's hundreds of winners then leave without the scan.
+	 */
+	strlcpy(name, le_labels(le_my_entry)->name, sizeof(name));
+	look = !acquired && le_waiting_candidates(name) > 1;
 	SpinLockAcquire(&le_waiters->mutex);
 	{
 		LeWaiter   *me = &le_waiters->entries[le_my_entry];
 
-		strlcpy(name, me->name, sizeof(name));
 		me->pid = 0;
-		for (int i = 0; i < le_waiters->size; i++)
+		for (int i = 0; look && i < le_waiters->size; i++)
 		{
 			LeWaiter   *w = &le_waiters->entries[i];
 
 			if (w->pid != 0 && w->name_hash == me->name_hash &&
-				w->dbid == MyDatabaseId && strcmp(w->name, name) == 0)
+				w->dbid == MyDatabaseId && strcmp(le_labels(i)->name, name) == 0)
 			{
 				others = true;
 				break;
@@ -174,7 +210,7 @@ le_waiter_unregister(bool acquired)
 	}
 	SpinLockRelease(&le_waiters->mutex);
 	le_my_entry = -1;
-	if (others && !acquired)
+	if (others)
 		le_wake_waiters_now(name);
 }
 
@@ -205,7 +241,7 @@ le_waiter_outranked(const char *name, const char *barred)
 	{
 		LeWaiter   *me = &le_waiters->entries[le_my_entry];
 
-		if (strcmp(me->name, name) == 0)
+		if (strcmp(le_labels(le_my_entry)->name, name) == 0)
 		{
 			for (int i = 0; i < le_waiters->size; i++)
 			{
@@ -213,8 +249,8 @@ le_waiter_outranked(const char *name, const char *barred)
 
 				if (i == le_my_entry || w->pid == 0 ||
 					w->name_hash != me->name_hash ||
-					w->dbid != me->dbid || strcmp(w->name, name) != 0 ||
-					(barred != NULL && strcmp(w->holder, barred) == 0))
+					w->dbid != me->dbid || strcmp(le_labels(i)->name, name) != 0 ||
+					(barred != NULL && strcmp(le_labels(i)->holder, barred) == 0))
 					continue;
 				if (w->priority > me->priority ||
 					(w->priority == me->priority && w->ticket < me->ticket))
