@@ -49,6 +49,7 @@
 #include "executor/tuptable.h"
 #include "fmgr.h"
 #include "miscadmin.h"
+#include "storage/bufmgr.h"
 #include "utils/builtins.h"
 #include "utils/datum.h"
 #include "utils/fmgroids.h"
@@ -63,6 +64,7 @@
 #include "utils/resowner.h"
 #include "utils/reltrigger.h"
 #include "utils/snapmgr.h"
+#include "utils/syscache.h"
 
 #include "compat.h"
 #include "leader_election.h"
@@ -987,6 +989,34 @@ le_spi_build_generic_plan(LeStmt stmt)
 }
 
 /*
+ * What le_store_terms_next touches for the first time in a backend, touched
+ * now: the counter's page (nextval changes it), its catalog entry (a catalog
+ * scan while cold) and the lock taken around it.  Draws nothing.
+ */
+static void
+le_prepare_terms_counter(void)
+{
+	Relation	seq;
+	Buffer		buf;
+	HeapTuple	seqtup;
+	LOCKTAG		tag;
+
+	if (!OidIsValid(le_rels.terms_seq))
+		return;
+	seq = relation_open(le_rels.terms_seq, AccessShareLock);
+	buf = ReadBuffer(seq, 0);
+	LockBuffer(buf, BUFFER_LOCK_SHARE);
+	UnlockReleaseBuffer(buf);
+	relation_close(seq, NoLock);
+	seqtup = SearchSysCache1(SEQRELID, ObjectIdGetDatum(le_rels.terms_seq));
+	if (HeapTupleIsValid(seqtup))
+		ReleaseSysCache(seqtup);
+	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, 0, 0, LE_LOCKTAG_TERMS);
+	if (LockAcquire(&tag, ShareLock, true, true) != LOCKACQUIRE_NOT_AVAIL)
+		LockRelease(&tag, ShareLock, true);
+}
+
+/*
  * Plan now what a takeover will run (lease.c, le_prepare_takeover):
  * planning was about half of what a storm's waiter did when it won.  Under
  * READ COMMITTED with the tables as installed that is the history's CHECK
@@ -1019,8 +1049,7 @@ le_store_prepare_takeover(const char *name)
 		 */
 		le_store_read(name, &row);
 		(void) le_store_history_max_term_by_index(name, &count);
-		if (OidIsValid(le_rels.terms_seq))
-			relation_close(relation_open(le_rels.terms_seq, AccessShareLock), NoLock);
+		le_prepare_terms_counter();
 		return;
 	}
 	le_spi_begin(&call);
