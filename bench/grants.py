@@ -205,6 +205,11 @@ class Grants(bench.Bench):
         self.round_id += 1
         tag = f"s{self.round_id}_"
         names = [tag + str(i) for i in range(STORM_NAMES)]
+        # Every storm starts from a checkpoint, as every throughput cell does:
+        # one that the earlier steps' WAL triggers must not land in some
+        # storms and not others (after it, each page's first change is
+        # logged whole).
+        self.q("CHECKPOINT")
         holder = self.connect()
         hpid = self.q("SELECT pg_backend_pid()", conn=holder)[0][0]
         if kind == "ext":
