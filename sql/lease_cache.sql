@@ -188,5 +188,38 @@ SELECT pg_temp.other($$RESET session_replication_role$$);
 SELECT pg_temp.answers('su');                       -- a, term 10
 ALTER TABLE leader_election.leases ENABLE ALWAYS TRIGGER leases_cache_invalidate_rows;
 
+-- A name claimed without a lease (register_task reserves it for its role:
+-- a row with no holder and term 0) after an answer cached that there was
+-- no row: the claim reaches the cache, so another role is refused (42501)
+-- and the next try takes the reserved row over, instead of both inserting
+-- a second row (23505).
+CREATE ROLE regress_le_cache_tasker LOGIN;
+CREATE ROLE regress_le_cache_other;
+CREATE PROCEDURE public.regress_le_cache_noop() LANGUAGE sql AS 'SELECT 1';
+ALTER PROCEDURE public.regress_le_cache_noop() OWNER TO regress_le_cache_tasker;
+GRANT EXECUTE ON FUNCTION leader_election.register_task(text, regprocedure, interval, interval),
+      leader_election.unregister_task(text) TO regress_le_cache_tasker;
+GRANT EXECUTE ON FUNCTION try_acquire_leader(text, interval, text) TO regress_le_cache_other;
+SELECT pg_temp.other($$SELECT am_leader('claimed', 'a')$$) AS cached_no_row;
+SELECT pg_temp.other($$SET ROLE regress_le_cache_tasker$$);
+SELECT pg_temp.other($$SELECT leader_election.register_task('claimed',
+    'public.regress_le_cache_noop()', '1 minute', '1 minute') > 0$$) AS registered;
+SELECT pg_temp.other($$RESET ROLE$$);
+SET ROLE regress_le_cache_other;
+SELECT pg_temp.try($$SELECT try_acquire_leader('claimed', '1 minute', 'x')$$) AS other_role;
+RESET ROLE;
+SELECT try_acquire_leader('claimed', '1 minute', 'a') AS acquired;
+SELECT holder, owner::regrole, term > 0 AS new_term
+  FROM leader_election.leases WHERE name = 'claimed';
+SELECT pg_temp.other($$SET ROLE regress_le_cache_tasker$$);
+SELECT pg_temp.other($$SELECT leader_election.unregister_task('claimed')$$) AS unregistered;
+SELECT pg_temp.other($$RESET ROLE$$);
+DELETE FROM leader_election.leases WHERE name = 'claimed';
+DROP PROCEDURE public.regress_le_cache_noop();
+REVOKE ALL ON FUNCTION leader_election.register_task(text, regprocedure, interval, interval),
+      leader_election.unregister_task(text) FROM regress_le_cache_tasker;
+REVOKE ALL ON FUNCTION try_acquire_leader(text, interval, text) FROM regress_le_cache_other;
+DROP ROLE regress_le_cache_tasker, regress_le_cache_other;
+
 SELECT dblink_disconnect('other');
 DROP EXTENSION dblink;

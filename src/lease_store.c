@@ -1289,6 +1289,7 @@ le_store_reserve(const char *name)
 {
 	LeSpiCall	call;
 	Datum		v[2];
+	LeaseRow	row = {0};
 
 	v[0] = CStringGetTextDatum(name);
 	v[1] = ObjectIdGetDatum(GetUserId());
@@ -1296,6 +1297,10 @@ le_store_reserve(const char *name)
 	le_spi_run(STMT_RESERVE, v, NULL, false);
 	le_spi_end(&call);
 	CommandCounterIncrement();
+	/* Like every write of this file, told to the lease cache (C1). */
+	row.found = true;
+	row.owner = GetUserId();
+	le_cache_note_write(le_rels.leases, name, &row);
 }
 
 /*

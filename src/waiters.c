@@ -183,14 +183,15 @@ le_waiter_unregister(bool acquired)
 		return;
 
 	/*
-	 * Only a waiter that leaves without the lease wakes the others, and
-	 * nobody else is to be woken if the name's wakeup slot counts this backend
-	 * alone: a waiter registers here before it is counted there (see
-	 * le_waiter_outranked), and one arriving right now tries before it
-	 * sleeps.  A storm's hundreds of winners then leave without the scan.
+	 * Only a waiter that leaves without the lease wakes the others (a
+	 * winner's commit wakes them: wakeup.c), so a storm's winners leave
+	 * without the scan.  The scan cannot be skipped by the count of the
+	 * name's wakeup slot: an exit by FATAL has already left that count
+	 * (on_shmem_exit callbacks run in reverse order), and a waiter arriving
+	 * now may have seen this entry and stepped aside for it.
 	 */
 	strlcpy(name, le_labels(le_my_entry)->name, sizeof(name));
-	look = !acquired && le_waiting_candidates(name) > 1;
+	look = !acquired;
 	SpinLockAcquire(&le_waiters->mutex);
 	{
 		LeWaiter   *me = &le_waiters->entries[le_my_entry];

@@ -10,7 +10,8 @@
 #   moved holder's renewal answers false.
 # - priorities: the highest wins, then the longest waiting; a waiter that
 #   leaves (cancelled, terminated) no longer counts, so the next in rank
-#   takes the lease without waiting for a re-check.
+#   takes the lease without waiting for a re-check; one that leaves after
+#   the next in rank stepped aside for it wakes it.
 #
 # Hand-over latencies (server clock, from the end of the term to the
 # successor's acquired_at) are asserted below 250 ms, which separates a
@@ -213,6 +214,51 @@ sub handover_ms
 	$latency{after_terminated_waiter} = handover_ms('cron');
 	cmp_ok($latency{after_terminated_waiter}, '<', 250, 'cron: at once');
 	le_quit($h, values %w);
+}
+
+# ---- a waiter that outranks the next and leaves wakes it at once ----
+# The outranking waiter is stopped (SIGSTOP) when the lease frees, so the
+# next in rank steps aside for it and sleeps; then it leaves, by
+# pg_terminate_backend (a FATAL exit: its exit callbacks run, not the
+# function's cleanup) or by pg_cancel_backend. The next in rank must get the
+# lease from that wakeup, not from its one-second re-check.
+for my $how (qw(terminate cancel))
+{
+	my $name = "leave_$how";
+	my $h = le_session($node);
+	is($h->query_safe(qq{SELECT try_acquire_leader('$name', '1 hour', 'h')}), 't',
+		"$name: h acquires");
+	my $top = le_session($node);
+	my $next = le_session($node);
+	ok(le_start_wait($node, $top,
+			qq{SELECT wait_for_leadership('$name', '1 hour', NULL, 'top', 10)}),
+		"$name: top (priority 10) waits");
+	ok(le_start_wait($node, $next,
+			qq{SELECT wait_for_leadership('$name', '1 hour', NULL, 'next', 0)}),
+		"$name: next (priority 0) waits");
+	kill 'STOP', $top->{le_pid};
+	is($h->query_safe(qq{SELECT release_leader('$name', 'h')}), 't',
+		"$name: h releases while top is stopped");
+	ok(le_wait_sleeping($node, $next->{le_pid}),
+		"$name: next steps aside for top and sleeps");
+	my $left_at = $node->safe_psql('postgres', qq{
+		SELECT clock_timestamp() FROM pg_${how}_backend($top->{le_pid})});
+	kill 'CONT', $top->{le_pid};
+	is(wait_result($next), 't', "$name: next gets the lease once top has left");
+	my ($after, $ms) = split /\|/, $node->safe_psql('postgres', qq{
+		SELECT acquired_at > '$left_at',
+		       round(extract(epoch FROM acquired_at - '$left_at') * 1000, 1)
+		  FROM leader_election.history
+		 WHERE name = '$name' AND holder = 'next'});
+	is($after, 't', "$name: next did not take the lease before top left");
+	$latency{"top_left_by_$how"} = $ms;
+	cmp_ok($ms, '<', 250, "$name: at once, not at the re-check");
+	if ($how eq 'cancel')
+	{
+		my (undef, $err) = le_collect($top);
+		like($err // 'timeout', qr/57014/, "$name: top is cancelled");
+	}
+	le_quit($h, $next, $top);
 }
 
 # ---- the update from 1.0 carries EXECUTE grants to the new signatures ----
