@@ -817,10 +817,9 @@ assert_leader(PG_FUNCTION_ARGS)
 
 /*
  * Do now, before a waiter first sleeps, the once-per-backend work its
- * takeover would otherwise do in the instant it wins: the writer lock's key,
- * the keyed hash's self-test and the lock itself, the term era, the
- * takeover's plans and a first run of its reads and of the term counter's
- * (lease_store.c).  When a
+ * takeover would otherwise do in the instant it wins: the writer lock's key
+ * and the keyed hash's self-test, the term era, the takeover's plans and a
+ * first run of its reads and of the term counter's (lease_store.c).  When a
  * session holding many leases ends, all their waiters wake at once on a few
  * cores, and that work was most of what each then did (bench/grants.sh,
  * storm).  Changes nothing.
@@ -828,14 +827,13 @@ assert_leader(PG_FUNCTION_ARGS)
 static void
 le_prepare_takeover(const char *name)
 {
+	LOCKTAG		tag;
+
 	/*
-	 * The writer lock, taken and given back at once if free (a renewal in
-	 * that instant waits a moment for it, as for any try): the lock
-	 * table's entries it needs are then no longer touched for the first
-	 * time when it matters.
+	 * Only the lock's tag: taking the lock itself would make a concurrent
+	 * try find it busy, and an outranked waiter takes no lock (I10).
 	 */
-	if (le_lock_writer(name, false))
-		le_unlock_writer(name);
+	le_writer_locktag(&tag, name);
 	le_terms_prepare();
 	le_store_prepare_takeover(name);
 }

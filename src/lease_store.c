@@ -793,7 +793,8 @@ static const LeStmtDef le_stmts[STMT_COUNT] = {
 	[STMT_RELEASE] = {
 		"UPDATE leader_election.leases SET holder = NULL, expires_at = $3, "
 		"session_pid = NULL, session_start = NULL "
-		"WHERE name OPERATOR(pg_catalog.=) $1 AND term OPERATOR(pg_catalog.=) $2",
+		"WHERE name OPERATOR(pg_catalog.=) $1 AND term OPERATOR(pg_catalog.=) $2 "
+		"RETURNING owner",
 		3, {TEXTOID, INT8OID, TIMESTAMPTZOID}
 	},
 	[STMT_LOCK_FOR_TAKEOVER] = {
@@ -1004,6 +1005,12 @@ le_prepare_terms_counter(void)
 	if (!OidIsValid(le_rels.terms_seq))
 		return;
 	seq = relation_open(le_rels.terms_seq, AccessShareLock);
+	if (seq->rd_rel->relkind != RELKIND_SEQUENCE)
+	{
+		/* A broken install: nextval reports it when a grant needs a term. */
+		relation_close(seq, NoLock);
+		return;
+	}
 	buf = ReadBuffer(seq, 0);
 	LockBuffer(buf, BUFFER_LOCK_SHARE);
 	UnlockReleaseBuffer(buf);
@@ -1636,6 +1643,17 @@ le_store_release(const char *name, const LeaseRow *row, TimestampTz now)
 	le_spi_begin(&call);
 	le_spi_run(STMT_RELEASE, v, NULL, false);
 	le_expect_one_row("release");
+	{
+		/*
+		 * The owner as updated: an administrator's change of it may have
+		 * committed after `row` was read (the UPDATE then acted on it).
+		 */
+		bool		isnull;
+
+		released.owner = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[0],
+														 SPI_tuptable->tupdesc,
+														 1, &isnull));
+	}
 	le_spi_end(&call);
 
 	released.holder = NULL;

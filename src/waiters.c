@@ -176,7 +176,6 @@ void
 le_waiter_unregister(bool acquired)
 {
 	char		name[LE_MAX_NAME_BYTES + 1];
-	bool		look;
 	bool		others = false;
 
 	if (le_waiters == NULL || le_my_entry < 0)
@@ -191,13 +190,12 @@ le_waiter_unregister(bool acquired)
 	 * now may have seen this entry and stepped aside for it.
 	 */
 	strlcpy(name, le_labels(le_my_entry)->name, sizeof(name));
-	look = !acquired;
 	SpinLockAcquire(&le_waiters->mutex);
 	{
 		LeWaiter   *me = &le_waiters->entries[le_my_entry];
 
 		me->pid = 0;
-		for (int i = 0; look && i < le_waiters->size; i++)
+		for (int i = 0; !acquired && i < le_waiters->size; i++)
 		{
 			LeWaiter   *w = &le_waiters->entries[i];
 
