@@ -221,5 +221,24 @@ REVOKE ALL ON FUNCTION leader_election.register_task(text, regprocedure, interva
 REVOKE ALL ON FUNCTION try_acquire_leader(text, interval, text) FROM regress_le_cache_other;
 DROP ROLE regress_le_cache_tasker, regress_le_cache_other;
 
+-- A trigger on another of the extension's tables that writes the leases
+-- table (here: the history's, rewriting the holder of each new term) runs
+-- inside the extension's own statement; while there is one, answers read
+-- the table, which shows what the trigger wrote.
+CREATE FUNCTION public.regress_le_rewrite_holder() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE leader_election.leases SET holder = 'rewritten' WHERE name = NEW.name;
+    RETURN NULL;
+END $$;
+CREATE TRIGGER regress_le_rewrite_holder AFTER INSERT ON leader_election.history
+    FOR EACH ROW EXECUTE FUNCTION public.regress_le_rewrite_holder();
+SELECT pg_temp.other($$SELECT try_acquire_leader('trg', '1 hour', 'a')$$);
+SELECT holder FROM leader_election.leases WHERE name = 'trg';
+SELECT pg_temp.answers('trg');                      -- nobody: held by 'rewritten'
+DROP TRIGGER regress_le_rewrite_holder ON leader_election.history;
+DROP FUNCTION public.regress_le_rewrite_holder();
+SELECT pg_temp.answers('trg');                      -- nobody: held by 'rewritten'
+DELETE FROM leader_election.leases WHERE name = 'trg';
+
 SELECT dblink_disconnect('other');
 DROP EXTENSION dblink;

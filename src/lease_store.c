@@ -150,6 +150,8 @@ typedef struct LeStoreRels
 	Oid			history_pkey;	/* its (name, term) index, if it has that shape */
 	bool		schema_1_0;		/* the 1.1 objects are not there yet */
 	bool		has_issue_15;	/* leader_info and handovers exist */
+	Oid			leader_info;	/* leader_election.leader_info (1.1) */
+	Oid			handovers;		/* leader_election.handovers (1.1) */
 	bool		lock_key_loaded;
 	uint8		lock_key[LE_LOCK_KEY_BYTES];
 } LeStoreRels;
@@ -168,7 +170,8 @@ le_store_invalidate(Datum arg, Oid relid)
 	if (relid == InvalidOid || relid == le_rels.leases ||
 		relid == le_rels.leases_pkey ||
 		relid == le_rels.terms_seq || relid == le_rels.lock_key_rel ||
-		relid == le_rels.history || relid == le_rels.history_pkey)
+		relid == le_rels.history || relid == le_rels.history_pkey ||
+		relid == le_rels.leader_info || relid == le_rels.handovers)
 	{
 		le_rels.valid = false;
 		le_cache_forget_all();
@@ -362,6 +365,34 @@ le_store_has_installed_shape(Relation rel, bool only_our_triggers)
 	return ok;
 }
 
+/*
+ * Does the table fire no trigger but internal ones, and have no rule?  The
+ * extension's own statements write history, leader_info and handovers too;
+ * a trigger or rule there that wrote leader_election.leases would run
+ * inside such a statement, where the leases' cache trigger takes its write
+ * for the extension's own, so the cache would not learn of it.  While there
+ * is one, answers read the table (le_store_load_rels).
+ */
+static bool
+le_store_rel_runs_no_user_code(Oid relid)
+{
+	Relation	rel;
+	bool		ok;
+
+	if (!OidIsValid(relid))
+		return true;
+	rel = table_open(relid, AccessShareLock);
+	ok = rel->rd_rules == NULL;
+	if (ok && rel->trigdesc != NULL)
+	{
+		for (int i = 0; i < rel->trigdesc->numtriggers; i++)
+			if (!rel->trigdesc->triggers[i].tgisinternal)
+				ok = false;
+	}
+	table_close(rel, NoLock);
+	return ok;
+}
+
 static void
 le_store_load_rels(void)
 {
@@ -391,9 +422,10 @@ le_store_load_rels(void)
 	le_rels.history = get_relname_relid("history", nsp);
 	le_rels.history_pkey = le_store_history_index(le_rels.history,
 												  get_relname_relid("history_pkey", nsp));
+	le_rels.leader_info = get_relname_relid("leader_info", nsp);
+	le_rels.handovers = get_relname_relid("handovers", nsp);
 	le_rels.has_issue_15 =
-		OidIsValid(get_relname_relid("leader_info", nsp)) &&
-		OidIsValid(get_relname_relid("handovers", nsp));
+		OidIsValid(le_rels.leader_info) && OidIsValid(le_rels.handovers);
 
 	/*
 	 * Between installing this library and ALTER EXTENSION UPDATE the
@@ -420,7 +452,10 @@ le_store_load_rels(void)
 	 * the extension meant to write: so no cache while there is one.
 	 */
 	le_rels.cache_triggers_ok = le_store_has_cache_triggers(rel, &only_ours) &&
-		only_ours && rel->rd_rules == NULL;
+		only_ours && rel->rd_rules == NULL &&
+		le_store_rel_runs_no_user_code(le_rels.history) &&
+		le_store_rel_runs_no_user_code(le_rels.leader_info) &&
+		le_store_rel_runs_no_user_code(le_rels.handovers);
 	le_rels.fast_path_ok = le_store_has_installed_shape(rel, only_ours) &&
 		le_direct_insert_allowed(rel, le_rels.leases_pkey, true);
 	table_close(rel, NoLock);
