@@ -46,7 +46,10 @@
  *	  the global epoch, which empties every slot at once, before lowering the
  *	  count.  Such a transaction cannot be prepared.  A backend that finds
  *	  the triggers missing, not ENABLE ALWAYS or not calling this library
- *	  does not use the cache.  DDL that could let a change bypass the
+ *	  does not use the cache; nor while history, leader_info or handovers
+ *	  has a trigger or rule, which would run inside the extension's own
+ *	  statements, where a write of the table counts as the extension's
+ *	  (lease_store.c, le_store_rel_runs_no_user_code).  DDL that could let a change bypass the
  *	  triggers (disabling them, replacing their function, altering the
  *	  table) counts as a foreign change itself (catalog_watch.c), so the
  *	  cache is emptied when it commits and no later backend, whenever it
