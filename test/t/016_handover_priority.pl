@@ -43,6 +43,18 @@ sub holder_of
 		"SELECT holder FROM current_leader('$name')");
 }
 
+# A new session blocked in wait_for_leadership(name, '1 hour') as holder
+# with priority; asserts that it is waiting.
+sub waiter
+{
+	my ($name, $holder, $priority) = @_;
+	my $s = le_session($node);
+	ok(le_start_wait($node, $s,
+			"SELECT wait_for_leadership('$name', '1 hour', NULL, '$holder', $priority)"),
+		"$name: $holder (priority $priority) waits");
+	return $s;
+}
+
 # The milliseconds from the end of the term before the current one to the
 # current one's start.
 sub handover_ms
@@ -63,14 +75,8 @@ sub handover_ms
 	my $h = le_session($node);
 	is($h->query_safe(q{SELECT try_acquire_leader('svc', '1 hour', 'h')}), 't',
 		'svc: h acquires');
-	my $rival = le_session($node);
-	my $succ = le_session($node);
-	ok(le_start_wait($node, $rival,
-			q{SELECT wait_for_leadership('svc', '1 hour', NULL, 'rival', 100)}),
-		'svc: rival (priority 100) waits');
-	ok(le_start_wait($node, $succ,
-			q{SELECT wait_for_leadership('svc', '1 hour', NULL, 'succ')}),
-		'svc: succ (priority 0) waits');
+	my $rival = waiter('svc', 'rival', 100);
+	my $succ = waiter('svc', 'succ', 0);
 	is($h->query_safe(q{SELECT release_leader('svc', 'h', 'succ')}), 't',
 		'svc: h hands over to succ');
 	is(wait_result($succ), 't', 'svc: the successor wins');
@@ -93,14 +99,8 @@ sub handover_ms
 	is($h->query_safe(q{SELECT try_acquire_leader('drain', '1 hour')}), 't',
 		'drain: a session-bound holder acquires');
 	my $holder = holder_of('drain');
-	my $other = le_session($node);
-	my $succ = le_session($node);
-	ok(le_start_wait($node, $other,
-			q{SELECT wait_for_leadership('drain', '1 hour', NULL, 'other', 50)}),
-		'drain: another waiter (priority 50) waits');
-	ok(le_start_wait($node, $succ,
-			q{SELECT wait_for_leadership('drain', '1 hour', NULL, 'standby')}),
-		'drain: the successor waits');
+	my $other = waiter('drain', 'other', 50);
+	my $succ = waiter('drain', 'standby', 0);
 	is($node->safe_psql('postgres',
 			q{SELECT leader_election.move_leader('drain', 'standby')}),
 		't', 'drain: the owner moves the leader to standby');
@@ -228,14 +228,8 @@ for my $how (qw(terminate cancel))
 	my $h = le_session($node);
 	is($h->query_safe(qq{SELECT try_acquire_leader('$name', '1 hour', 'h')}), 't',
 		"$name: h acquires");
-	my $top = le_session($node);
-	my $next = le_session($node);
-	ok(le_start_wait($node, $top,
-			qq{SELECT wait_for_leadership('$name', '1 hour', NULL, 'top', 10)}),
-		"$name: top (priority 10) waits");
-	ok(le_start_wait($node, $next,
-			qq{SELECT wait_for_leadership('$name', '1 hour', NULL, 'next', 0)}),
-		"$name: next (priority 0) waits");
+	my $top = waiter($name, 'top', 10);
+	my $next = waiter($name, 'next', 0);
 	kill 'STOP', $top->{le_pid};
 	is($h->query_safe(qq{SELECT release_leader('$name', 'h')}), 't',
 		"$name: h releases while top is stopped");
