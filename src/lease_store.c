@@ -33,6 +33,7 @@
 #include "access/genam.h"
 #include "access/heapam.h"
 #include "access/htup_details.h"
+#include "access/relation.h"
 #include "access/table.h"
 #include "access/tableam.h"
 #include "access/xact.h"
@@ -160,6 +161,33 @@ static LeStoreRels le_rels;
 static bool le_rels_callback_registered = false;
 
 /*
+ * Open one of the extension's tables, whose OID le_store_load_rels looked
+ * up earlier.  A call that waited for its lock behind a DROP EXTENSION (or
+ * a DROP of that table) finds it gone once the lock is granted: that is
+ * said with a SQLSTATE (le_store_dropped), not with PostgreSQL's internal
+ * "could not open relation" (XX000).  Indexes are opened only while their
+ * table is locked, which no DROP can pass, so they need no such check.
+ */
+static void
+le_store_dropped(void)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+			 errmsg("extension \"leader_election\" was dropped by a concurrent transaction"),
+			 errhint("Run CREATE EXTENSION leader_election; then retry.")));
+}
+
+static Relation
+le_store_open(Oid relid, LOCKMODE lockmode)
+{
+	Relation	rel = try_table_open(relid, lockmode);
+
+	if (rel == NULL)
+		le_store_dropped();
+	return rel;
+}
+
+/*
  * A change of the table's definition (its triggers among them) or of
  * everything: look the relations up again, and empty the lease cache, which
  * may hold rows from before a change its trigger did not see (lease_cache.c).
@@ -204,11 +232,14 @@ le_end_reason_text(LeEndReason reason)
 static Oid
 le_store_history_index(Oid history, Oid index)
 {
+	Relation	rel;
 	Relation	idx;
 	bool		ok;
 
 	if (!OidIsValid(history) || !OidIsValid(index))
 		return InvalidOid;
+	/* The table first: its lock keeps the index (le_store_open). */
+	rel = le_store_open(history, AccessShareLock);
 	idx = index_open(index, AccessShareLock);
 	ok = idx->rd_index->indrelid == history &&
 		idx->rd_rel->relam == BTREE_AM_OID &&
@@ -222,6 +253,7 @@ le_store_history_index(Oid history, Oid index)
 		idx->rd_indcollation[0] == C_COLLATION_OID &&
 		idx->rd_indpred == NIL && RelationGetIndexPredicate(idx) == NIL;
 	index_close(idx, AccessShareLock);
+	table_close(rel, AccessShareLock);
 	return ok ? index : InvalidOid;
 }
 
@@ -381,7 +413,7 @@ le_store_rel_runs_no_user_code(Oid relid)
 
 	if (!OidIsValid(relid))
 		return true;
-	rel = table_open(relid, AccessShareLock);
+	rel = le_store_open(relid, AccessShareLock);
 	ok = rel->rd_rules == NULL;
 	if (ok && rel->trigdesc != NULL)
 	{
@@ -443,7 +475,7 @@ le_store_load_rels(void)
 				 errmsg("leader_election.lock_key is missing"),
 				 errhint("Re-create the extension, or restore the table.")));
 
-	rel = table_open(le_rels.leases, AccessShareLock);
+	rel = le_store_open(le_rels.leases, AccessShareLock);
 	le_store_check_columns(rel);
 	le_rels.table_owner = rel->rd_rel->relowner;
 	/*
@@ -462,7 +494,7 @@ le_store_load_rels(void)
 	le_rels.history_direct_ok = false;
 	if (OidIsValid(le_rels.history) && OidIsValid(le_rels.history_pkey))
 	{
-		rel = table_open(le_rels.history, AccessShareLock);
+		rel = le_store_open(le_rels.history, AccessShareLock);
 		le_rels.history_direct_ok =
 			le_store_columns_are(rel, HISTORY_NCOLS, le_history_columns,
 								 le_history_types) &&
@@ -524,7 +556,7 @@ static bool
 le_lookup_begin(LeLookup *lk, const char *name, LOCKMODE lockmode)
 {
 	le_store_load_rels();
-	lk->rel = table_open(le_rels.leases, lockmode);
+	lk->rel = le_store_open(le_rels.leases, lockmode);
 	lk->idx = index_open(le_rels.leases_pkey, lockmode);
 	ScanKeyEntryInitialize(&lk->key, 0, 1, BTEqualStrategyNumber, InvalidOid,
 						   C_COLLATION_OID, F_TEXTEQ,
@@ -1039,7 +1071,9 @@ le_prepare_terms_counter(void)
 
 	if (!OidIsValid(le_rels.terms_seq))
 		return;
-	seq = relation_open(le_rels.terms_seq, AccessShareLock);
+	seq = try_relation_open(le_rels.terms_seq, AccessShareLock);
+	if (seq == NULL)
+		le_store_dropped();
 	if (seq->rd_rel->relkind != RELKIND_SEQUENCE)
 	{
 		/* A broken install: nextval reports it when a grant needs a term. */
@@ -1075,8 +1109,8 @@ le_store_prepare_takeover(const char *name)
 	if (!IsolationUsesXactSnapshot() && le_history_max_terms > 0 &&
 		le_rels.fast_path_ok && le_rels.history_direct_ok)
 	{
-		Relation	history = table_open(le_rels.history, AccessShareLock);
-		Relation	leases = table_open(le_rels.leases, AccessShareLock);
+		Relation	history = le_store_open(le_rels.history, AccessShareLock);
+		Relation	leases = le_store_open(le_rels.leases, AccessShareLock);
 		LeaseRow	row;
 		int64		count;
 
@@ -1230,8 +1264,8 @@ le_store_insert_direct(Datum *v, const char *n)
 	le_store_load_rels();
 	if (!le_rels.fast_path_ok || !le_rels.history_direct_ok)
 		return false;
-	leases = table_open(le_rels.leases, RowExclusiveLock);
-	history = table_open(le_rels.history, RowExclusiveLock);
+	leases = le_store_open(le_rels.leases, RowExclusiveLock);
+	history = le_store_open(le_rels.history, RowExclusiveLock);
 	/* The locks processed DDL committed since: decide on what they cover. */
 	le_store_load_rels();
 	if (!le_rels.fast_path_ok || !le_rels.history_direct_ok)
@@ -1496,7 +1530,7 @@ le_store_take_over_direct(const char *name, const LeIdentity *who, Oid owner,
 		!le_rels.fast_path_ok || !le_rels.history_direct_ok)
 		return false;
 	found = le_lookup_begin(&lk, name, RowExclusiveLock);
-	history = table_open(le_rels.history, RowExclusiveLock);
+	history = le_store_open(le_rels.history, RowExclusiveLock);
 	/* The locks processed DDL committed since: decide on what they cover. */
 	le_store_load_rels();
 	if (!le_rels.fast_path_ok || !le_rels.history_direct_ok)
@@ -1844,7 +1878,7 @@ le_store_count_names(Oid owner)
 	int64		count = 0;
 
 	le_store_load_rels();
-	rel = table_open(le_rels.leases, AccessShareLock);
+	rel = le_store_open(le_rels.leases, AccessShareLock);
 	snap = RegisterSnapshot(GetLatestSnapshot());
 	slot = table_slot_create(rel, NULL);
 	scan = table_beginscan(rel, snap, 0, NULL);
@@ -2053,7 +2087,7 @@ static int64 le_history_counted = -1;
 static int64
 le_store_history_max_term_by_index(const char *name, int64 *count)
 {
-	Relation	rel = table_open(le_rels.history, AccessShareLock);
+	Relation	rel = le_store_open(le_rels.history, AccessShareLock);
 	Relation	idx = index_open(le_rels.history_pkey, AccessShareLock);
 	Snapshot	snap = RegisterSnapshot(GetLatestSnapshot());
 	TupleTableSlot *slot = table_slot_create(rel, NULL);
@@ -2139,7 +2173,7 @@ le_store_lock_key(uint8 *key)
 		 * snapshot, not the row the update put in it.  The key is the
 		 * extension's configuration, the same for every transaction.
 		 */
-		Relation	rel = table_open(le_rels.lock_key_rel, AccessShareLock);
+		Relation	rel = le_store_open(le_rels.lock_key_rel, AccessShareLock);
 		AttrNumber	keyatt = get_attnum(le_rels.lock_key_rel, "key");
 		Snapshot	snap = RegisterSnapshot(GetLatestSnapshot());
 		TableScanDesc scan = table_beginscan(rel, snap, 0, NULL);
