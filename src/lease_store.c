@@ -51,6 +51,7 @@
 #include "fmgr.h"
 #include "miscadmin.h"
 #include "storage/bufmgr.h"
+#include "storage/lmgr.h"
 #include "utils/builtins.h"
 #include "utils/datum.h"
 #include "utils/fmgroids.h"
@@ -165,8 +166,12 @@ static bool le_rels_callback_registered = false;
  * up earlier.  A call that waited for its lock behind a DROP EXTENSION (or
  * a DROP of that table) finds it gone once the lock is granted: that is
  * said with a SQLSTATE (le_store_dropped), not with PostgreSQL's internal
- * "could not open relation" (XX000).  Indexes are opened only while their
- * table is locked, which no DROP can pass, so they need no such check.
+ * "could not open relation" (XX000).  Taking the lock processes the
+ * invalidations of the DROP's commit, and le_store_invalidate then marks
+ * the OIDs stale: only then is the catalog asked whether the table still
+ * exists, so calls pay nothing for this while nothing changed.  Indexes
+ * are opened only while their table is locked, which no DROP can pass, so
+ * they need no such check.
  */
 static void
 le_store_dropped(void)
@@ -180,11 +185,14 @@ le_store_dropped(void)
 static Relation
 le_store_open(Oid relid, LOCKMODE lockmode)
 {
-	Relation	rel = try_table_open(relid, lockmode);
-
-	if (rel == NULL)
+	LockRelationOid(relid, lockmode);
+	if (!le_rels.valid &&
+		!SearchSysCacheExists1(RELOID, ObjectIdGetDatum(relid)))
+	{
+		UnlockRelationOid(relid, lockmode);
 		le_store_dropped();
-	return rel;
+	}
+	return table_open(relid, NoLock);
 }
 
 /*
