@@ -293,7 +293,12 @@ COMMENT ON FUNCTION leader_election.admin_change_begin(text) IS
 REVOKE ALL ON FUNCTION leader_election.admin_change_begin(text) FROM PUBLIC;
 
 -- End the current lease of a locked row, as release_leader() would.
-CREATE FUNCTION leader_election.admin_end_lease(lease leader_election.leases)
+-- The name administration functions below keep no variable of the table's
+-- row type: PL/pgSQL resolves such a type when it compiles the function,
+-- before the function's statements run, and a compilation that waited
+-- behind a DROP EXTENSION then failed with an internal error (XX000)
+-- instead of "relation does not exist" (42P01).
+CREATE FUNCTION leader_election.admin_end_lease(lease_name text, lease_holder text, lease_term bigint)
     RETURNS void
     LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
     SET search_path = pg_catalog, pg_temp
@@ -303,21 +308,21 @@ DECLARE
 BEGIN
     UPDATE leader_election.history AS h
        SET ended_at = ended, end_reason = 'released'
-     WHERE h.name OPERATOR(pg_catalog.=) lease.name
-       AND h.term OPERATOR(pg_catalog.=) lease.term
+     WHERE h.name OPERATOR(pg_catalog.=) lease_name
+       AND h.term OPERATOR(pg_catalog.=) lease_term
        AND h.ended_at IS NULL;
     UPDATE leader_election.leases AS l
        SET holder = NULL, expires_at = ended, session_pid = NULL, session_start = NULL
-     WHERE l.name OPERATOR(pg_catalog.=) lease.name;
+     WHERE l.name OPERATOR(pg_catalog.=) lease_name;
     PERFORM pg_catalog.pg_notify('leader_election',
         pg_catalog.format('{"name":%s,"event":"released","holder":%s,"term":%s,"reason":"released"}',
-                          pg_catalog.to_json(lease.name), pg_catalog.to_json(lease.holder),
-                          lease.term));
+                          pg_catalog.to_json(lease_name), pg_catalog.to_json(lease_holder),
+                          lease_term));
 END
 $le_admin_end_lease$;
-COMMENT ON FUNCTION leader_election.admin_end_lease(leader_election.leases) IS
+COMMENT ON FUNCTION leader_election.admin_end_lease(text, text, bigint) IS
     'For the name administration functions: end the lease of this (locked) row as a release does';
-REVOKE ALL ON FUNCTION leader_election.admin_end_lease(leader_election.leases) FROM PUBLIC;
+REVOKE ALL ON FUNCTION leader_election.admin_end_lease(text, text, bigint) FROM PUBLIC;
 
 CREATE FUNCTION leader_election.assign_name(name text, owner pg_catalog.regrole)
     RETURNS boolean
@@ -327,7 +332,9 @@ CREATE FUNCTION leader_election.assign_name(name text, owner pg_catalog.regrole)
 DECLARE
     lease_name text := leader_election.admin_change_begin(name);
     new_owner pg_catalog.regrole := owner;
-    lease leader_election.leases;
+    lease_owner pg_catalog.oid;
+    lease_holder text;
+    lease_term bigint;
 BEGIN
     IF new_owner IS NULL THEN
         RAISE EXCEPTION 'owner must not be null' USING ERRCODE = 'null_value_not_allowed';
@@ -345,13 +352,14 @@ BEGIN
     IF FOUND THEN
         RETURN true;
     END IF;
-    SELECT * INTO lease FROM leader_election.leases AS l
+    SELECT l.owner, l.holder, l.term INTO lease_owner, lease_holder, lease_term
+      FROM leader_election.leases AS l
      WHERE l.name OPERATOR(pg_catalog.=) lease_name FOR UPDATE;
-    IF lease.owner OPERATOR(pg_catalog.=) new_owner::pg_catalog.oid THEN
+    IF lease_owner OPERATOR(pg_catalog.=) new_owner::pg_catalog.oid THEN
         RETURN false;
     END IF;
-    IF lease.holder IS NOT NULL THEN
-        PERFORM leader_election.admin_end_lease(lease);
+    IF lease_holder IS NOT NULL THEN
+        PERFORM leader_election.admin_end_lease(lease_name, lease_holder, lease_term);
     END IF;
     UPDATE leader_election.leases AS l SET owner = new_owner
      WHERE l.name OPERATOR(pg_catalog.=) lease_name;
@@ -369,14 +377,16 @@ CREATE FUNCTION leader_election.release_name(name text)
     AS $le_release_name$
 DECLARE
     lease_name text := leader_election.admin_change_begin(name);
-    lease leader_election.leases;
+    lease_holder text;
+    lease_term bigint;
 BEGIN
-    SELECT * INTO lease FROM leader_election.leases AS l
+    SELECT l.holder, l.term INTO lease_holder, lease_term
+      FROM leader_election.leases AS l
      WHERE l.name OPERATOR(pg_catalog.=) lease_name FOR UPDATE;
-    IF NOT FOUND OR lease.holder IS NULL THEN
+    IF NOT FOUND OR lease_holder IS NULL THEN
         RETURN false;
     END IF;
-    PERFORM leader_election.admin_end_lease(lease);
+    PERFORM leader_election.admin_end_lease(lease_name, lease_holder, lease_term);
     RETURN true;
 END
 $le_release_name$;

@@ -160,37 +160,48 @@ typedef struct LeStoreRels
 
 static LeStoreRels le_rels;
 static bool le_rels_callback_registered = false;
+static uint64 le_rels_changes = 0;	/* invalidations that hit le_rels */
+static bool le_rels_loading = false;	/* inside le_store_load_rels */
 
 /*
  * Open one of the extension's tables, whose OID le_store_load_rels looked
- * up earlier.  A call that waited for its lock behind a DROP EXTENSION (or
- * a DROP of that table) finds it gone once the lock is granted: that is
- * said with a SQLSTATE (le_store_dropped), not with PostgreSQL's internal
- * "could not open relation" (XX000).  Taking the lock processes the
- * invalidations of the DROP's commit, and le_store_invalidate then marks
- * the OIDs stale: only then is the catalog asked whether the table still
- * exists, so calls pay nothing for this while nothing changed.  Indexes
- * are opened only while their table is locked, which no DROP can pass, so
- * they need no such check.
+ * up earlier.  Taking the lock processes the invalidations of DDL that
+ * committed while the call waited for it (le_store_invalidate then marks
+ * le_rels stale); only then is more done, so calls pay nothing for this
+ * while nothing changed:
+ *
+ *   - the table is gone (a DROP EXTENSION, or a DROP of the table): said
+ *     with a SQLSTATE (le_store_dropped), not with PostgreSQL's internal
+ *     "could not open relation" (XX000);
+ *   - it is still there: le_rels is looked up again, so the indexes the
+ *     caller opens next (under this table's lock, which no DROP of them
+ *     can pass) and the shape it decides on are the table's as of now,
+ *     not those of a primary key an ALTER TABLE just replaced.
  */
+static void le_store_load_rels(void);
+
 static void
 le_store_dropped(void)
 {
 	ereport(ERROR,
 			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-			 errmsg("extension \"leader_election\" was dropped by a concurrent transaction"),
-			 errhint("Run CREATE EXTENSION leader_election; then retry.")));
+			 errmsg("a table of extension \"leader_election\" was dropped by a concurrent transaction"),
+			 errhint("Retry the call; if the extension itself was dropped, run CREATE EXTENSION leader_election; first.")));
 }
 
 static Relation
 le_store_open(Oid relid, LOCKMODE lockmode)
 {
 	LockRelationOid(relid, lockmode);
-	if (!le_rels.valid &&
-		!SearchSysCacheExists1(RELOID, ObjectIdGetDatum(relid)))
+	if (!le_rels.valid)
 	{
-		UnlockRelationOid(relid, lockmode);
-		le_store_dropped();
+		if (!SearchSysCacheExists1(RELOID, ObjectIdGetDatum(relid)))
+		{
+			UnlockRelationOid(relid, lockmode);
+			le_store_dropped();
+		}
+		if (!le_rels_loading)
+			le_store_load_rels();
 	}
 	return table_open(relid, NoLock);
 }
@@ -210,6 +221,7 @@ le_store_invalidate(Datum arg, Oid relid)
 		relid == le_rels.leader_info || relid == le_rels.handovers)
 	{
 		le_rels.valid = false;
+		le_rels_changes++;
 		le_cache_forget_all();
 	}
 }
@@ -238,18 +250,30 @@ le_end_reason_text(LeEndReason reason)
 }
 
 static Oid
-le_store_history_index(Oid history, Oid index)
+le_store_history_index(Oid history, Oid nsp)
 {
 	Relation	rel;
 	Relation	idx;
+	Oid			index;
 	bool		ok;
 
-	if (!OidIsValid(history) || !OidIsValid(index))
+	if (!OidIsValid(history))
 		return InvalidOid;
-	/* The table first: its lock keeps the index (le_store_open). */
+	/*
+	 * The table first, then the index's name: the table's lock keeps its
+	 * indexes (le_store_open).  One of another table that took the name
+	 * may go at any time, hence try_relation_open.
+	 */
 	rel = le_store_open(history, AccessShareLock);
-	idx = index_open(index, AccessShareLock);
-	ok = idx->rd_index->indrelid == history &&
+	index = get_relname_relid("history_pkey", nsp);
+	idx = OidIsValid(index) ? try_relation_open(index, AccessShareLock) : NULL;
+	if (idx == NULL)
+	{
+		table_close(rel, AccessShareLock);
+		return InvalidOid;
+	}
+	ok = idx->rd_rel->relkind == RELKIND_INDEX &&
+		idx->rd_index->indrelid == history &&
 		idx->rd_rel->relam == BTREE_AM_OID &&
 		idx->rd_index->indnkeyatts == 2 &&
 		idx->rd_index->indkey.values[0] == get_attnum(history, "name") &&
@@ -260,7 +284,7 @@ le_store_history_index(Oid history, Oid index)
 		idx->rd_opfamily[1] == INTEGER_BTREE_FAM_OID &&
 		idx->rd_indcollation[0] == C_COLLATION_OID &&
 		idx->rd_indpred == NIL && RelationGetIndexPredicate(idx) == NIL;
-	index_close(idx, AccessShareLock);
+	relation_close(idx, AccessShareLock);
 	table_close(rel, AccessShareLock);
 	return ok ? index : InvalidOid;
 }
@@ -434,34 +458,30 @@ le_store_rel_runs_no_user_code(Oid relid)
 }
 
 static void
-le_store_load_rels(void)
+le_store_load_rels_once(void)
 {
 	Oid			nsp;
 	Relation	rel;
 	bool		only_ours;
 
-	if (le_rels.valid)
-		return;
-	if (!le_rels_callback_registered)
-	{
-		CacheRegisterRelcacheCallback(le_store_invalidate, (Datum) 0);
-		le_rels_callback_registered = true;
-	}
-
 	nsp = get_namespace_oid("leader_election", true);
 	le_rels.leases = OidIsValid(nsp) ? get_relname_relid("leases", nsp) : InvalidOid;
 	le_rels.leases_pkey = OidIsValid(nsp) ? get_relname_relid("leases_pkey", nsp) : InvalidOid;
-	if (!OidIsValid(le_rels.leases) || !OidIsValid(le_rels.leases_pkey))
+	if (!OidIsValid(le_rels.leases))
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("extension \"leader_election\" is not installed in this database"),
 				 errhint("Run CREATE EXTENSION leader_election;")));
+	if (!OidIsValid(le_rels.leases_pkey))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("leader_election.leases has no primary key named leases_pkey"),
+				 errhint("Re-create the constraint, or the extension.")));
 	le_rels.terms_seq = get_relname_relid("terms", nsp);
 	le_rels.lock_key_rel = get_relname_relid("lock_key", nsp);
 	le_rels.lock_key_loaded = false;
 	le_rels.history = get_relname_relid("history", nsp);
-	le_rels.history_pkey = le_store_history_index(le_rels.history,
-												  get_relname_relid("history_pkey", nsp));
+	le_rels.history_pkey = le_store_history_index(le_rels.history, nsp);
 	le_rels.leader_info = get_relname_relid("leader_info", nsp);
 	le_rels.handovers = get_relname_relid("handovers", nsp);
 	le_rels.has_issue_15 =
@@ -508,6 +528,41 @@ le_store_load_rels(void)
 								 le_history_types) &&
 			le_direct_insert_allowed(rel, le_rels.history_pkey, false);
 		table_close(rel, NoLock);
+	}
+}
+
+/*
+ * Look the extension's relations up, and what their shape allows, unless
+ * le_rels is still valid.  The locks taken while looking may process
+ * invalidations of DDL that committed meanwhile (le_rels_changes): then
+ * what was read may be stale, and it is read again.
+ */
+static void
+le_store_load_rels(void)
+{
+	if (le_rels.valid)
+		return;
+	if (!le_rels_callback_registered)
+	{
+		CacheRegisterRelcacheCallback(le_store_invalidate, (Datum) 0);
+		le_rels_callback_registered = true;
+	}
+	for (;;)
+	{
+		uint64		changes = le_rels_changes;
+
+		le_rels_loading = true;
+		PG_TRY();
+		{
+			le_store_load_rels_once();
+		}
+		PG_FINALLY();
+		{
+			le_rels_loading = false;
+		}
+		PG_END_TRY();
+		if (changes == le_rels_changes)
+			break;
 	}
 	le_rels.valid = true;
 }
