@@ -567,6 +567,22 @@ le_store_load_rels(void)
 	le_rels.valid = true;
 }
 
+/*
+ * Every write of a name starts here, before its writer lock (lease.c): the
+ * leases table locked for writing, through le_store_open.  A write that
+ * waits for DDL on the extension then waits here, where a DROP is reported
+ * with 55000 and a change is looked up again, rather than inside an SPI
+ * statement (whose parser reports 42P01) or after it took a writer lock
+ * keyed by a lock_key that a DROP and CREATE EXTENSION replaced.  Holding
+ * it, no DROP EXTENSION can commit before the write's transaction ends.
+ */
+void
+le_store_lock_for_write(void)
+{
+	le_store_load_rels();
+	table_close(le_store_open(le_rels.leases, RowExclusiveLock), NoLock);
+}
+
 /* The OID of leader_election.leases in this database, or InvalidOid. */
 Oid
 le_store_leases_relid(void)
@@ -2197,8 +2213,13 @@ le_store_history_max_term(const char *name)
 
 	le_store_load_rels();
 	strlcpy(le_history_counted_name, name, sizeof(le_history_counted_name));
-	if (OidIsValid(le_rels.history_pkey))
-		return le_store_history_max_term_by_index(name, &le_history_counted);
+	if (OidIsValid(le_rels.history))
+	{
+		/* Lock first: DDL it waited for may have changed the index. */
+		table_close(le_store_open(le_rels.history, AccessShareLock), NoLock);
+		if (OidIsValid(le_rels.history_pkey))
+			return le_store_history_max_term_by_index(name, &le_history_counted);
+	}
 
 	v[0] = CStringGetTextDatum(name);
 	le_spi_begin(&call);
@@ -2488,6 +2509,10 @@ le_store_read_handover(const char *name, int64 term, TimestampTz ended_at,
 	bool		found = false;
 
 	le_store_load_rels();
+	if (!le_rels.has_issue_15)
+		return false;
+	/* Wait for DDL here, not in the SPI statement's parser (le_store_open). */
+	table_close(le_store_open(le_rels.handovers, AccessShareLock), NoLock);
 	if (!le_rels.has_issue_15)
 		return false;
 	v[0] = CStringGetTextDatum(name);
