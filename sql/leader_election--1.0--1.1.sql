@@ -296,8 +296,9 @@ REVOKE ALL ON FUNCTION leader_election.admin_change_begin(text) FROM PUBLIC;
 -- The name administration functions below keep no variable of the table's
 -- row type: PL/pgSQL resolves such a type when it compiles the function,
 -- before the function's statements run, and a compilation that waited
--- behind a DROP EXTENSION then failed with an internal error (XX000)
--- instead of "relation does not exist" (42P01).
+-- behind a DROP EXTENSION then failed with an internal error (XX000).
+-- Without one, the first statement, admin_change_begin, is what waits,
+-- and it reports the DROP with 55000.
 CREATE FUNCTION leader_election.admin_end_lease(lease_name text, lease_holder text, lease_term bigint)
     RETURNS void
     LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE

@@ -26,6 +26,12 @@
  * This file decides nothing: lease.c decides, under the writer lock, what
  * to write.  This file must never be called to write without that lock.
  *
+ * The extension's tables are opened only through le_store_open, and every
+ * write locks the leases table before its writer lock
+ * (le_store_lock_for_write): a call that waited for DDL on them meets it
+ * there, where a dropped table is reported with 55000 and a changed one
+ * is looked up again.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -163,6 +169,18 @@ static bool le_rels_callback_registered = false;
 static uint64 le_rels_changes = 0;	/* invalidations that hit le_rels */
 static bool le_rels_loading = false;	/* inside le_store_load_rels */
 
+static void le_store_load_rels(void);
+
+/* One of the extension's tables went while a call waited for its lock. */
+static void
+le_store_dropped(void)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+			 errmsg("a table of extension \"leader_election\" was dropped by a concurrent transaction"),
+			 errhint("Retry the call; if the extension itself was dropped, run CREATE EXTENSION leader_election; first.")));
+}
+
 /*
  * Open one of the extension's tables, whose OID le_store_load_rels looked
  * up earlier.  Taking the lock processes the invalidations of DDL that
@@ -178,17 +196,6 @@ static bool le_rels_loading = false;	/* inside le_store_load_rels */
  *     can pass) and the shape it decides on are the table's as of now,
  *     not those of a primary key an ALTER TABLE just replaced.
  */
-static void le_store_load_rels(void);
-
-static void
-le_store_dropped(void)
-{
-	ereport(ERROR,
-			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-			 errmsg("a table of extension \"leader_election\" was dropped by a concurrent transaction"),
-			 errhint("Retry the call; if the extension itself was dropped, run CREATE EXTENSION leader_election; first.")));
-}
-
 static Relation
 le_store_open(Oid relid, LOCKMODE lockmode)
 {
