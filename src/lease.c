@@ -180,7 +180,6 @@ le_lock_writer(const char *name, bool wait)
 {
 	LOCKTAG		tag;
 
-	le_store_lock_for_write();
 	le_writer_locktag(&tag, name);
 	return LockAcquire(&tag, ExclusiveLock, false, !wait) != LOCKACQUIRE_NOT_AVAIL;
 }

@@ -26,11 +26,11 @@
  * This file decides nothing: lease.c decides, under the writer lock, what
  * to write.  This file must never be called to write without that lock.
  *
- * The extension's tables are opened only through le_store_open, and every
- * write locks the leases table before its writer lock
- * (le_store_lock_for_write): a call that waited for DDL on them meets it
- * there, where a dropped table is reported with 55000 and a changed one
- * is looked up again.
+ * The extension's tables are opened only through le_store_open: a call
+ * that waited for DDL on them meets it there, where a dropped table is
+ * reported with 55000 and a changed one is looked up again.  (A call that
+ * meets a DROP first inside one of its SPI statements gets the parser's
+ * 42P01.)
  *
  *-------------------------------------------------------------------------
  */
@@ -575,13 +575,13 @@ le_store_load_rels(void)
 }
 
 /*
- * Every write of a name starts here, before its writer lock (lease.c): the
- * leases table locked for writing, through le_store_open.  A write that
- * waits for DDL on the extension then waits here, where a DROP is reported
- * with 55000 and a change is looked up again, rather than inside an SPI
- * statement (whose parser reports 42P01) or after it took a writer lock
- * keyed by a lock_key that a DROP and CREATE EXTENSION replaced.  Holding
- * it, no DROP EXTENSION can commit before the write's transaction ends.
+ * The name administration functions (name_admin.c) start here, before the
+ * name's writer lock: the leases table locked for writing, through
+ * le_store_open.  Their next statements are SQL, whose parser would report
+ * a DROP they waited for with 42P01; waiting here reports it with 55000.
+ * They write the table anyway, so the lock is theirs to the end of the
+ * transaction.  Tries do not do this: a losing try must not wait for a
+ * table lock (a SHARE lock, a queued CREATE INDEX), nor keep one.
  */
 void
 le_store_lock_for_write(void)
