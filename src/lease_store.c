@@ -240,7 +240,8 @@ le_store_invalidate(Datum arg, Oid relid)
  */
 static void le_history_trim(const char *name);
 static void le_history_trim_in_own_call(const char *name);
-static int64 le_store_history_max_term_by_index(const char *name, int64 *count);
+static bool le_store_history_max_term_by_index(const char *name, int64 *max_term,
+											   int64 *count);
 
 /* history.end_reason of a reason. */
 static const char *
@@ -584,7 +585,7 @@ le_store_load_rels(void)
  * table lock (a SHARE lock, a queued CREATE INDEX), nor keep one.
  */
 void
-le_store_lock_for_write(void)
+le_store_lock_for_admin_change(void)
 {
 	le_store_load_rels();
 	table_close(le_store_open(le_rels.leases, RowExclusiveLock), NoLock);
@@ -1198,6 +1199,7 @@ le_store_prepare_takeover(const char *name)
 		Relation	history = le_store_open(le_rels.history, AccessShareLock);
 		Relation	leases = le_store_open(le_rels.leases, AccessShareLock);
 		LeaseRow	row;
+		int64		max_term;
 		int64		count;
 
 		le_direct_prepare(history);
@@ -1210,7 +1212,7 @@ le_store_prepare_takeover(const char *name)
 		 * memory they map) is not touched first in the instant it wins.
 		 */
 		le_store_read(name, &row);
-		(void) le_store_history_max_term_by_index(name, &count);
+		(void) le_store_history_max_term_by_index(name, &max_term, &count);
 		le_prepare_terms_counter();
 		return;
 	}
@@ -2165,23 +2167,38 @@ static char le_history_counted_name[LE_MAX_NAME_BYTES + 1];
 static int64 le_history_counted = -1;
 
 /*
- * The highest term in the name's history and how many rows it has (counted
- * up to history_max_terms + 1), as committed at this instant, read from the
- * (name, term) index: a grant's one look at the history costs one index
- * descent rather than a query.
+ * The highest term in the name's history (*max_term) and how many rows it
+ * has (*count, counted up to history_max_terms + 1), as committed at this
+ * instant, read from the (name, term) index: a grant's one look at the
+ * history costs one index descent rather than a query.  False if there is
+ * no such index once history is locked (DDL the lock waited for may have
+ * dropped it): then the caller asks with SQL.
  */
-static int64
-le_store_history_max_term_by_index(const char *name, int64 *count)
+static bool
+le_store_history_max_term_by_index(const char *name, int64 *max_term,
+								   int64 *count)
 {
-	Relation	rel = le_store_open(le_rels.history, AccessShareLock);
-	Relation	idx = index_open(le_rels.history_pkey, AccessShareLock);
-	Snapshot	snap = RegisterSnapshot(GetLatestSnapshot());
-	TupleTableSlot *slot = table_slot_create(rel, NULL);
-	AttrNumber	term_att = idx->rd_index->indkey.values[1];
+	Relation	rel;
+	Relation	idx;
+	Snapshot	snap;
+	TupleTableSlot *slot;
+	AttrNumber	term_att;
 	ScanKeyData key;
 	IndexScanDesc scan;
-	int64		max_term = 0;
 
+	if (!OidIsValid(le_rels.history))
+		return false;
+	rel = le_store_open(le_rels.history, AccessShareLock);
+	if (!OidIsValid(le_rels.history_pkey))
+	{
+		table_close(rel, NoLock);
+		return false;
+	}
+	idx = index_open(le_rels.history_pkey, AccessShareLock);
+	snap = RegisterSnapshot(GetLatestSnapshot());
+	slot = table_slot_create(rel, NULL);
+	term_att = idx->rd_index->indkey.values[1];
+	*max_term = 0;
 	*count = 0;
 	ScanKeyEntryInitialize(&key, 0, 1, BTEqualStrategyNumber, InvalidOid,
 						   C_COLLATION_OID, F_TEXTEQ,
@@ -2196,7 +2213,7 @@ le_store_history_max_term_by_index(const char *name, int64 *count)
 			bool		isnull;
 			Datum		d = slot_getattr(slot, term_att, &isnull);
 
-			max_term = isnull ? 0 : DatumGetInt64(d);
+			*max_term = isnull ? 0 : DatumGetInt64(d);
 		}
 		(*count)++;
 	}
@@ -2205,7 +2222,7 @@ le_store_history_max_term_by_index(const char *name, int64 *count)
 	UnregisterSnapshot(snap);
 	index_close(idx, NoLock);
 	table_close(rel, NoLock);
-	return max_term;
+	return true;
 }
 
 /* The highest term in the name's history, or 0. */
@@ -2220,13 +2237,8 @@ le_store_history_max_term(const char *name)
 
 	le_store_load_rels();
 	strlcpy(le_history_counted_name, name, sizeof(le_history_counted_name));
-	if (OidIsValid(le_rels.history))
-	{
-		/* Lock first: DDL it waited for may have changed the index. */
-		table_close(le_store_open(le_rels.history, AccessShareLock), NoLock);
-		if (OidIsValid(le_rels.history_pkey))
-			return le_store_history_max_term_by_index(name, &le_history_counted);
-	}
+	if (le_store_history_max_term_by_index(name, &max_term, &le_history_counted))
+		return max_term;
 
 	v[0] = CStringGetTextDatum(name);
 	le_spi_begin(&call);

@@ -44,7 +44,7 @@ le_admin_change_begin(PG_FUNCTION_ARGS)
 
 	PreventCommandDuringRecovery("a change of a lease name");
 	PreventCommandIfReadOnly("a change of a lease name");
-	le_store_lock_for_write();
+	le_store_lock_for_admin_change();
 	le_lock_name_writer(name);
 	le_notify_flush_into_transaction();
 	le_xact_touched(name);
