@@ -131,6 +131,7 @@ le_shmem_request(void)
 	RequestAddinShmemSpace(le_waiters_shmem_size());
 	RequestAddinShmemSpace(le_task_shmem_size());
 	RequestAddinShmemSpace(le_notify_shmem_size());
+	RequestAddinShmemSpace(le_listeners_shmem_size());
 	RequestAddinShmemSpace(le_stats_shmem_size());
 }
 
@@ -144,6 +145,7 @@ le_shmem_startup(void)
 	le_waiters_shmem_init();
 	le_task_shmem_init();
 	le_notify_shmem_init();
+	le_listeners_shmem_init();
 	le_stats_shmem_init();
 }
 
@@ -169,6 +171,7 @@ _PG_init(void)
 		prev_shmem_startup_hook = shmem_startup_hook;
 		shmem_startup_hook = le_shmem_startup;
 		le_catalog_watch_install();
+		le_listeners_install();
 	}
 
 	le_reserve_guc_prefix("leader_election");

@@ -73,6 +73,10 @@
  *     with one of them, should the admin transaction go on to wait for its
  *     locks, is found by the deadlock detector).
  *
+ * A transaction whose events no session could hear (nobody has run LISTEN
+ * leader_election: listeners.c, L1) drops them at PRE_COMMIT and does none
+ * of the above.
+ *
  * Without preloading there is no shared memory: events are sent with
  * NOTIFY in the changing transaction, as in 1.0.  A standby grants nothing
  * and cannot LISTEN.
@@ -442,6 +446,12 @@ le_pre_commit(void)
 
 	if (le_pending == NIL)
 		return;
+	if (le_listeners_none_at_commit())
+	{
+		/* L1 (listeners.c): no session could hear them. */
+		le_pending = NIL;
+		return;
+	}
 	foreach(lc, le_pending)
 		bytes += LE_ENTRY_SIZE(((LePendingEvent *) lfirst(lc))->len);
 	le_lock();
@@ -537,9 +547,11 @@ le_notify_xact_callback(XactEvent event, void *arg)
 			return;
 		case XACT_EVENT_COMMIT:
 			le_at_commit();
+			le_listeners_commit_ended();
 			break;
 		case XACT_EVENT_ABORT:
 			le_at_abort();
+			le_listeners_commit_ended();
 			break;
 		case XACT_EVENT_PREPARE:
 			break;

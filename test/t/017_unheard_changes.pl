@@ -1,0 +1,128 @@
+# 017_unheard_changes.pl: a change of leader that no session could hear
+# sends no notification (listeners.c, L1), and a session that runs LISTEN
+# leader_election still hears, or can read, every change.
+#
+# Commits are held open with a synchronous standby that never connects
+# (on a node that allows streaming: otherwise nothing waits for standbys):
+# every lease write then waits in its commit (wait event SyncRep) after
+# deciding whether to send, and a cancel lets it finish (committed locally,
+# with a warning).  A transaction that sent a NOTIFY holds PostgreSQL's
+# cluster-wide NOTIFY lock while it waits there.
+#
+#   1. Nobody listens: a grant with notify_delivery = in_transaction does
+#      not queue behind that lock; with a listener, the same grant does
+#      (the control that shows the test sees the difference).
+#   2. A LISTEN that starts while an unheard grant is committing waits for
+#      that commit, so the state it reads next shows the grant; later
+#      changes are heard.  (With that wait removed, the LISTEN returned at
+#      once, its read missed the grant, and no notification came.)
+use strict;
+use warnings;
+use lib 'test/t';
+use LeaderElectionTest;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $node = le_node('unheard', allows_streaming => 1);
+$node->safe_psql('postgres', q{
+	CREATE TABLE other_application (x int);
+	ALTER SYSTEM SET synchronous_standby_names = 'absent_standby';
+	SELECT pg_reload_conf();
+});
+ok(le_poll($node, q{SHOW synchronous_standby_names}, 'absent_standby'),
+	'synchronous_standby_names is in effect');
+
+sub wait_event_of
+{
+	my ($s) = @_;
+	return $node->safe_psql('postgres',
+		"SELECT coalesce(wait_event, '') FROM pg_stat_activity WHERE pid = $s->{le_pid}");
+}
+
+# Wait until session $s's statement waits in its commit for the standby, or
+# for a lock; returns which ('SyncRep', 'object', or '' on the deadline).
+sub commit_or_lock
+{
+	my ($s) = @_;
+	my $ev = '';
+	le_wait_until(sub { $ev = wait_event_of($s); $ev eq 'SyncRep' || $ev eq 'object' });
+	return $ev =~ /^(SyncRep|object)$/ ? $ev : '';
+}
+
+# Let session $s's commit finish (locally) and collect its output.
+sub release_commit
+{
+	my ($s) = @_;
+	$node->safe_psql('postgres', "SELECT pg_cancel_backend($s->{le_pid})");
+	return le_collect($s);
+}
+
+# Notifications a session printed.
+sub heard
+{
+	my ($out) = @_;
+	return [ $out =~ /^Asynchronous notification "leader_election" with payload "\{"name":"([^"]+)"/mg ];
+}
+
+# ---- 1. nobody listens: the grant takes no NOTIFY lock ----
+
+my $blocker = le_session($node);
+le_send($blocker, 'BEGIN; INSERT INTO other_application VALUES (1); NOTIFY other_application; COMMIT');
+is(commit_or_lock($blocker), 'SyncRep',
+	'another application\'s NOTIFY holds the NOTIFY lock while its commit waits');
+
+my $g = le_session($node);
+$g->query_safe('SET leader_election.notify_delivery = in_transaction');
+le_send($g, q{SELECT try_acquire_leader('u1', '1 minute', 'g')});
+is(commit_or_lock($g), 'SyncRep',
+	'nobody listens: an in_transaction grant reaches its commit without the NOTIFY lock');
+my ($out) = release_commit($g);
+like($out, qr/^t$/m, 'nobody listens: the grant was made');
+
+my $l = le_session($node);
+$l->query_safe('LISTEN leader_election');
+le_send($g, q{SELECT try_acquire_leader('u2', '1 minute', 'g')});
+is(commit_or_lock($g), 'object',
+	'control: with a listener, the same grant waits for the NOTIFY lock');
+release_commit($blocker);
+is(commit_or_lock($g), 'SyncRep', 'control: once the lock is free, the grant commits');
+($out) = release_commit($g);
+like($out, qr/^t$/m, 'control: the grant was made');
+ok( le_wait_until(sub { grep { $_ eq 'u2' } @{ heard($l->query_safe('SELECT 1')) } }),
+	'control: the listener heard it');
+le_quit($l);
+ok(le_poll($node, "SELECT count(*) = 0 FROM pg_stat_activity WHERE pid = $l->{le_pid}"),
+	'the listener has left');
+
+# ---- 2. a LISTEN that starts while an unheard grant commits ----
+
+le_send($g, q{SELECT try_acquire_leader('u3', '1 minute', 'g3')});
+is(commit_or_lock($g), 'SyncRep', 'an unheard grant waits in its commit');
+
+my $l2 = le_session($node);
+le_send($l2, 'LISTEN leader_election');
+ok(le_wait_sleeping($node, $l2->{le_pid}),
+	'LISTEN leader_election waits for the unheard grant\'s commit');
+ok(!le_finished($l2), 'the LISTEN has not returned');
+
+($out) = release_commit($g);
+like($out, qr/^t$/m, 'the grant was made');
+my ($lout, $lerr) = le_collect($l2);
+ok(defined $lout, 'the LISTEN returned once the grant had committed');
+is($l2->query_safe(q{SELECT holder FROM current_leader('u3')}), 'g3',
+	'the listener\'s next read shows the grant it did not hear');
+
+$node->safe_psql('postgres', q{
+	SET synchronous_commit = local;
+	ALTER SYSTEM RESET synchronous_standby_names;
+	SELECT pg_reload_conf();
+});
+ok(le_poll($node, q{SHOW synchronous_standby_names}, ''), 'no synchronous standby any more');
+$node->safe_psql('postgres', q{SELECT try_acquire_leader('u4', '1 minute', 'g4')});
+ok( le_wait_until(sub { grep { $_ eq 'u4' } @{ heard($l2->query_safe('SELECT 1')) } }),
+	'the listener hears the next change');
+
+le_quit($blocker, $g, $l2);
+$node->stop;
+done_testing();
