@@ -20,7 +20,7 @@
  *	  leader_info.c      what a leader publishes about itself (set_leader_info)
  *	  handover.c         reservations made by a hand-over or a move
  *	  notify_queue.c     NOTIFY of changes of leader, sent by a notifier worker
- *	  listeners.c        whether any session could hear those notifications
+ *	  listeners.c        whether any session listens for those notifications
  *	  task_registry.c    the task runner: registering tasks and their checks
  *	  task_launcher.c    the task runner: launcher, settings, shared memory
  *	  task_worker.c      the task runner: one task's worker
@@ -348,8 +348,7 @@ extern void le_notify_flush_into_transaction(void);
 extern Size le_listeners_shmem_size(void);
 extern void le_listeners_shmem_init(void);
 extern void le_listeners_install(void);
-extern bool le_listeners_none_at_commit(void);
-extern void le_listeners_commit_ended(void);
+extern bool le_listeners_any(void);
 
 /* role_guard.c */
 extern void le_role_guard_install(void);

@@ -73,9 +73,12 @@
  *     with one of them, should the admin transaction go on to wait for its
  *     locks, is found by the deadlock detector).
  *
- * A transaction whose events no session could hear (nobody has run LISTEN
- * leader_election: listeners.c, L1) drops them at PRE_COMMIT and does none
- * of the above.
+ * While no session has run LISTEN leader_election (listeners.c, L1), a
+ * transaction still reserves room at PRE_COMMIT (whether or not a notifier
+ * runs), but at COMMIT, if still nobody listens, gives it back instead of
+ * appending: nothing is queued, no notifier is woken or started, no NOTIFY
+ * is sent.  If a session started to listen meanwhile, the events are
+ * appended as usual and a notifier is started if none runs.
  *
  * Without preloading there is no shared memory: events are sent with
  * NOTIFY in the changing transaction, as in 1.0.  A standby grants nothing
@@ -435,23 +438,32 @@ le_notify_flush_into_transaction(void)
 		(void) le_take_queued(qi, INT_MAX);
 }
 
+/*
+ * Should a notifier be started for q (under the lock)?  None runs, or one
+ * was asked for so long ago that it must have failed to come up.
+ */
+static bool
+le_notifier_missing(LeNotifyQueue *q)
+{
+	return q->state == LE_NOTIFIER_NONE ||
+		(q->state == LE_NOTIFIER_STARTING &&
+		 TimestampDifferenceExceeds(q->starting_since, GetCurrentTimestamp(),
+									LE_NOTIFIER_START_MS));
+}
+
 static void
 le_pre_commit(void)
 {
 	Size		bytes = 0;
 	int			qi;
+	bool		heard;
 	bool		start = false;
 	bool		queued_before = true;
 	ListCell   *lc;
 
 	if (le_pending == NIL)
 		return;
-	if (le_listeners_none_at_commit())
-	{
-		/* L1 (listeners.c): no session could hear them. */
-		le_pending = NIL;
-		return;
-	}
+	heard = le_listeners_any();
 	foreach(lc, le_pending)
 		bytes += LE_ENTRY_SIZE(((LePendingEvent *) lfirst(lc))->len);
 	le_lock();
@@ -460,8 +472,13 @@ le_pre_commit(void)
 	{
 		LeNotifyQueue *q = &le_notify_shared->queues[qi];
 
-		if (le_notify_delivery == LE_NOTIFY_BACKGROUND &&
-			q->state == LE_NOTIFIER_RUNNING &&
+		/*
+		 * Room is reserved for the notifier to send them, or, if no session
+		 * listens now, in case one does by the end of the commit (L1).
+		 */
+		if ((!heard ||
+			 (le_notify_delivery == LE_NOTIFY_BACKGROUND &&
+			  q->state == LE_NOTIFIER_RUNNING)) &&
 			(q->tail - q->head) + q->reserved + bytes <= LE_NOTIFY_QUEUE_BYTES)
 		{
 			q->reserved += bytes;
@@ -470,11 +487,7 @@ le_pre_commit(void)
 			le_unlock();
 			return;
 		}
-		if (le_notify_delivery == LE_NOTIFY_BACKGROUND &&
-			(q->state == LE_NOTIFIER_NONE ||
-			 (q->state == LE_NOTIFIER_STARTING &&
-			  TimestampDifferenceExceeds(q->starting_since, GetCurrentTimestamp(),
-										 LE_NOTIFIER_START_MS))))
+		if (le_notify_delivery == LE_NOTIFY_BACKGROUND && le_notifier_missing(q))
 		{
 			q->state = LE_NOTIFIER_STARTING;
 			q->starting_since = GetCurrentTimestamp();
@@ -494,35 +507,56 @@ le_pre_commit(void)
 	le_pending = NIL;
 }
 
+/*
+ * The commit is durable and visible; the names' writer locks are still
+ * held.  Queue the events (N1), unless no session listens even now (L1:
+ * then none is owed them), and wake or start the notifier.  Nothing here
+ * may fail: an error after the commit would be a PANIC.
+ */
 static void
 le_at_commit(void)
 {
 	Latch	   *latch = NULL;
+	bool		start = false;
+	int			qi = le_reserved_queue;
 
 	if (le_reserved > 0 || le_consumed > 0)
 	{
+		bool		heard = le_reserved > 0 && le_listeners_any();
+
 		le_lock();
 		if (le_consumed > 0)
 			le_notify_shared->queues[le_consumed_queue].head += le_consumed;
 		if (le_reserved > 0)
 		{
-			LeNotifyQueue *q = &le_notify_shared->queues[le_reserved_queue];
+			LeNotifyQueue *q = &le_notify_shared->queues[qi];
 			ListCell   *lc;
 
-			foreach(lc, le_pending)
+			if (heard)
 			{
-				LePendingEvent *p = lfirst(lc);
+				foreach(lc, le_pending)
+				{
+					LePendingEvent *p = lfirst(lc);
 
-				le_ring_write(q, q->tail, &p->len, LE_ENTRY_HEADER);
-				le_ring_write(q, q->tail + LE_ENTRY_HEADER, p->payload, p->len);
-				q->tail += LE_ENTRY_SIZE(p->len);
+					le_ring_write(q, q->tail, &p->len, LE_ENTRY_HEADER);
+					le_ring_write(q, q->tail + LE_ENTRY_HEADER, p->payload, p->len);
+					q->tail += LE_ENTRY_SIZE(p->len);
+				}
+				latch = q->notifier_latch;
+				if (le_notifier_missing(q))
+				{
+					q->state = LE_NOTIFIER_STARTING;
+					q->starting_since = GetCurrentTimestamp();
+					start = true;
+				}
 			}
 			q->reserved -= le_reserved;
-			latch = q->notifier_latch;
 		}
 		le_unlock();
 		if (latch != NULL)
 			SetLatch(latch);
+		if (start)
+			le_start_notifier(qi);
 	}
 }
 
@@ -547,11 +581,9 @@ le_notify_xact_callback(XactEvent event, void *arg)
 			return;
 		case XACT_EVENT_COMMIT:
 			le_at_commit();
-			le_listeners_commit_ended();
 			break;
 		case XACT_EVENT_ABORT:
 			le_at_abort();
-			le_listeners_commit_ended();
 			break;
 		case XACT_EVENT_PREPARE:
 			break;

@@ -1,21 +1,21 @@
-# 017_unheard_changes.pl: a change of leader that no session could hear
-# sends no notification (listeners.c, L1), and a session that runs LISTEN
-# leader_election still hears, or can read, every change.
+# 017_unheard_changes.pl: a change of leader that no session listens for
+# queues and sends no notification (listeners.c, L1), and a session that
+# starts to LISTEN leader_election while such a change commits still hears
+# it: the change looks again once its commit is visible.
 #
 # Commits are held open with a synchronous standby that never connects
 # (on a node that allows streaming: otherwise nothing waits for standbys):
-# every lease write then waits in its commit (wait event SyncRep) after
-# deciding whether to send, and a cancel lets it finish (committed locally,
-# with a warning).  A transaction that sent a NOTIFY holds PostgreSQL's
-# cluster-wide NOTIFY lock while it waits there.
+# every lease write then waits in its commit (wait event SyncRep) after its
+# PRE_COMMIT and before its commit becomes visible, and a cancel lets it
+# finish (committed locally, with a warning).  A transaction that sent a
+# NOTIFY holds PostgreSQL's cluster-wide NOTIFY lock while it waits there.
 #
 #   1. Nobody listens: a grant with notify_delivery = in_transaction does
 #      not queue behind that lock; with a listener, the same grant does
 #      (the control that shows the test sees the difference).
-#   2. A LISTEN that starts while an unheard grant is committing waits for
-#      that commit, so the state it reads next shows the grant; later
-#      changes are heard.  (With that wait removed, the LISTEN returned at
-#      once, its read missed the grant, and no notification came.)
+#   2. A LISTEN that runs while a grant nobody listened for is committing
+#      hears that grant.  (Deciding at PRE_COMMIT only, the listener never
+#      heard it, and its read right after LISTEN could not show it.)
 use strict;
 use warnings;
 use lib 'test/t';
@@ -95,23 +95,19 @@ le_quit($l);
 ok(le_poll($node, "SELECT count(*) = 0 FROM pg_stat_activity WHERE pid = $l->{le_pid}"),
 	'the listener has left');
 
-# ---- 2. a LISTEN that starts while an unheard grant commits ----
+# ---- 2. a session starts to listen while an unheard grant commits ----
 
 le_send($g, q{SELECT try_acquire_leader('u3', '1 minute', 'g3')});
-is(commit_or_lock($g), 'SyncRep', 'an unheard grant waits in its commit');
+is(commit_or_lock($g), 'SyncRep', 'a grant made while nobody listens waits in its commit');
 
 my $l2 = le_session($node);
-le_send($l2, 'LISTEN leader_election');
-ok(le_wait_sleeping($node, $l2->{le_pid}),
-	'LISTEN leader_election waits for the unheard grant\'s commit');
-ok(!le_finished($l2), 'the LISTEN has not returned');
-
+$l2->query_safe('LISTEN leader_election');
+is($l2->query_safe(q{SELECT count(holder) FROM current_leader('u3')}), '0',
+	'a new listener cannot read the grant yet');
 ($out) = release_commit($g);
 like($out, qr/^t$/m, 'the grant was made');
-my ($lout, $lerr) = le_collect($l2);
-ok(defined $lout, 'the LISTEN returned once the grant had committed');
-is($l2->query_safe(q{SELECT holder FROM current_leader('u3')}), 'g3',
-	'the listener\'s next read shows the grant it did not hear');
+ok( le_wait_until(sub { grep { $_ eq 'u3' } @{ heard($l2->query_safe('SELECT 1')) } }),
+	'the new listener hears the grant');
 
 $node->safe_psql('postgres', q{
 	SET synchronous_commit = local;
