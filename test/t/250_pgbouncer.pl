@@ -301,9 +301,13 @@ for my $i (1 .. 5)
 }
 ok($lost, 'a transaction of w1 ran on a backend other than the one it SET on');
 
-# Startup options never reach the server: pgbouncer refuses them.
-my (undef, undef, $err) = bpsql('pool2', 'SELECT 1',
-	q{options='-c leader_election.holder_id=x'});
+# Startup options never reach the server: pgbouncer refuses them.  (The
+# query goes on psql's command line: refused at once, psql may exit before
+# a query written to its input could reach it, and that broken pipe would
+# hide its error.)
+my (undef, $err) = run_command([
+	'psql', '-X', '-d', bconnstr('pool2', 'app', q{options='-c leader_election.holder_id=x'}),
+	'-c', 'SELECT 1' ]);
 like($err, qr/unsupported startup parameter/,
 	'pgbouncer refuses options=-c leader_election.holder_id=...');
 
