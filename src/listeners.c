@@ -12,17 +12,18 @@
  *
  * THE RULE
  *
- * L1  A session that has run LISTEN leader_election hears every change
- *     that commits after its LISTEN statement began, or can read it: a
- *     change it does not hear was visible before that statement began.
+ * L1  A change that a session does not hear was visible before that
+ *     session's LISTEN leader_election began.  With PostgreSQL's own rule
+ *     (a LISTEN takes effect when its transaction commits; changes that
+ *     commit after that are heard), a session that commits its LISTEN and
+ *     then reads the current state misses no change.
  *     A LISTEN of that channel counts its session before it runs (an
  *     atomic add: a full barrier).  A changing transaction looks at the
  *     count at its PRE_COMMIT, and reserves room for its events in any
  *     case (notify_queue.c); it looks again at its COMMIT, after its
  *     commit became visible and behind a full barrier, and sends nothing
  *     only if the count is still zero.  Then the LISTEN's add came after
- *     that look, hence after the commit was visible: every state the
- *     listening session reads from then on shows the change.
+ *     that look, hence after the commit was visible.
  *
  * The count only grows with LISTEN: UNLISTEN and DISCARD leave a session
  * counted, which makes changes send events no one hears, never the
