@@ -12,8 +12,8 @@
  *
  * THE RULE
  *
- * L1  A change that a session does not hear was visible before that
- *     session's LISTEN leader_election began.  With PostgreSQL's own rule
+ * L1  A change sends nothing only if it was visible before every listening
+ *     session began its LISTEN leader_election.  With PostgreSQL's own rule
  *     (a LISTEN takes effect when its transaction commits; changes that
  *     commit after that are heard), a session that commits its LISTEN and
  *     then reads the current state misses no change.
