@@ -343,6 +343,7 @@ extern void le_notify(const char *name, const char *event, const char *holder,
 					  int64 term, const char *reason, const char *info,
 					  const char *successor);
 extern void le_notify_flush_into_transaction(void);
+extern void le_notify_listener_ready(void);
 
 /* listeners.c */
 extern Size le_listeners_shmem_size(void);

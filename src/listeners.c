@@ -18,19 +18,26 @@
  *     commit after that are heard), a session that commits its LISTEN and
  *     then reads the current state misses no change.
  *     A LISTEN of that channel counts its session before it runs (an
- *     atomic add: a full barrier).  A changing transaction looks at the
- *     count at its PRE_COMMIT, and reserves room for its events in any
- *     case (notify_queue.c); it looks again at its COMMIT, after its
- *     commit became visible and behind a full barrier, and sends nothing
- *     only if the count is still zero.  Then the LISTEN's add came after
- *     that look, hence after the commit was visible.
+ *     atomic add: a full barrier), then makes sure a notifier runs if its
+ *     database's queue holds events or room taken for some
+ *     (le_notify_listener_ready; an ERROR if none can be started).  A
+ *     changing transaction takes room for its events at PRE_COMMIT and
+ *     only then looks at the count (notify_queue.c): if it sees nobody, a
+ *     LISTEN that counts itself later sees the room taken, and the
+ *     notifier it ensures will send whatever the COMMIT appends.  The
+ *     transaction looks again at its COMMIT, after its commit became
+ *     visible and behind a full barrier, and sends nothing only if the
+ *     count is still zero.  Then the LISTEN's add came after that look,
+ *     hence after the commit was visible.
  *
  * The count only grows with LISTEN: UNLISTEN and DISCARD leave a session
  * counted, which makes changes send events no one hears, never the
  * opposite.  A session leaves the count when it exits.  LISTEN is seen
  * wherever it runs as a statement (top level, PL/pgSQL, DO); a C module
  * calling PostgreSQL's Async_Listen() directly would not be seen.  Nothing
- * here waits.
+ * here waits.  A transaction that finds no room (the queue full, or no
+ * queue free for its database) sends its events itself, as notify_queue.c
+ * N2 says, whether or not anyone listens.
  *
  * Without shared_preload_libraries there is no count: le_listeners_any()
  * is always true and every change sends its event, as in 1.0.
@@ -106,12 +113,16 @@ le_listen_hook(PlannedStmt *pstmt, const char *queryString, bool readOnlyTree,
 {
 	Node	   *stmt = pstmt->utilityStmt;
 
-	if (!le_counted && IsA(stmt, ListenStmt) &&
+	if (IsA(stmt, ListenStmt) &&
 		strcmp(((ListenStmt *) stmt)->conditionname, LE_NOTIFY_CHANNEL) == 0)
 	{
-		before_shmem_exit(le_listeners_exit, (Datum) 0);
-		pg_atomic_fetch_add_u32(&le_listeners_shared->listeners, 1);
-		le_counted = true;
+		if (!le_counted)
+		{
+			before_shmem_exit(le_listeners_exit, (Datum) 0);
+			pg_atomic_fetch_add_u32(&le_listeners_shared->listeners, 1);
+			le_counted = true;
+		}
+		le_notify_listener_ready();
 	}
 	if (prev_process_utility)
 		prev_process_utility(pstmt, queryString, readOnlyTree, context,

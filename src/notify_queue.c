@@ -78,7 +78,9 @@
  * runs), but at COMMIT, if still nobody listens, gives it back instead of
  * appending: nothing is queued, no notifier is woken or started, no NOTIFY
  * is sent.  If a session started to listen meanwhile, the events are
- * appended as usual and a notifier is started if none runs.
+ * appended as usual and a notifier is started if none runs; since that
+ * start may fail when it is too late to send them otherwise, the LISTEN
+ * itself first makes sure a notifier runs (le_notify_listener_ready).
  *
  * Without preloading there is no shared memory: events are sent with
  * NOTIFY in the changing transaction, as in 1.0.  A standby grants nothing
@@ -332,8 +334,8 @@ le_take_queued(int qi, int max)
 	return n;
 }
 
-/* Register a notifier for queue qi. */
-static void
+/* Register a notifier for queue qi; false if no worker slot was free. */
+static bool
 le_start_notifier(int qi)
 {
 	BackgroundWorker worker;
@@ -361,6 +363,7 @@ le_start_notifier(int qi)
 			le_notify_shared->queues[qi].state = LE_NOTIFIER_NONE;
 		le_unlock();
 	}
+	return started;
 }
 
 /* ---- a changing transaction ---- */
@@ -456,36 +459,57 @@ le_pre_commit(void)
 {
 	Size		bytes = 0;
 	int			qi;
-	bool		heard;
 	bool		start = false;
 	bool		queued_before = true;
 	ListCell   *lc;
 
 	if (le_pending == NIL)
 		return;
-	heard = le_listeners_any();
 	foreach(lc, le_pending)
 		bytes += LE_ENTRY_SIZE(((LePendingEvent *) lfirst(lc))->len);
+
+	/* Room first, whoever will send them. */
 	le_lock();
 	qi = le_queue_of_database(true);
 	if (qi >= 0)
 	{
 		LeNotifyQueue *q = &le_notify_shared->queues[qi];
 
-		/*
-		 * Room is reserved for the notifier to send them, or, if no session
-		 * listens now, in case one does by the end of the commit (L1).
-		 */
-		if ((!heard ||
-			 (le_notify_delivery == LE_NOTIFY_BACKGROUND &&
-			  q->state == LE_NOTIFIER_RUNNING)) &&
-			(q->tail - q->head) + q->reserved + bytes <= LE_NOTIFY_QUEUE_BYTES)
+		if ((q->tail - q->head) + q->reserved + bytes <= LE_NOTIFY_QUEUE_BYTES)
 		{
 			q->reserved += bytes;
 			le_reserved = bytes;
 			le_reserved_queue = qi;
+		}
+	}
+	le_unlock();
+
+	/*
+	 * Then the listeners (L1, listeners.c): looking only now, after the
+	 * room is taken, either this sees a session that has begun to LISTEN,
+	 * or that session's LISTEN sees the room taken and makes sure a
+	 * notifier will send whatever comes of it (le_notify_listener_ready).
+	 * Nobody listens: the COMMIT decides.
+	 */
+	if (le_reserved > 0 && !le_listeners_any())
+		return;
+
+	le_lock();
+	if (qi >= 0)
+	{
+		LeNotifyQueue *q = &le_notify_shared->queues[qi];
+
+		if (le_reserved > 0 && le_notify_delivery == LE_NOTIFY_BACKGROUND &&
+			q->state == LE_NOTIFIER_RUNNING)
+		{
 			le_unlock();
 			return;
+		}
+		if (le_reserved > 0)
+		{
+			q->reserved -= le_reserved;
+			le_reserved = 0;
+			le_reserved_queue = -1;
 		}
 		if (le_notify_delivery == LE_NOTIFY_BACKGROUND && le_notifier_missing(q))
 		{
@@ -497,7 +521,7 @@ le_pre_commit(void)
 	}
 	le_unlock();
 	if (start)
-		le_start_notifier(qi);
+		(void) le_start_notifier(qi);
 
 	/* N2: send them ourselves, after whatever is queued (N1). */
 	if (qi >= 0 && queued_before)
@@ -556,8 +580,46 @@ le_at_commit(void)
 		if (latch != NULL)
 			SetLatch(latch);
 		if (start)
-			le_start_notifier(qi);
+			(void) le_start_notifier(qi);
 	}
+}
+
+/*
+ * A session has begun to LISTEN leader_election (listeners.c, after
+ * counting itself).  If this database's queue holds events, or room taken
+ * by a committing transaction that saw no listener (L1), and no notifier
+ * runs or is starting, start one now: that transaction's COMMIT may no
+ * longer send its events itself.  An ERROR if no worker slot is free
+ * (the LISTEN fails; it may be retried).
+ */
+void
+le_notify_listener_ready(void)
+{
+	int			qi;
+	bool		start = false;
+
+	if (le_notify_shared == NULL)
+		return;
+	le_lock();
+	qi = le_queue_of_database(false);
+	if (qi >= 0)
+	{
+		LeNotifyQueue *q = &le_notify_shared->queues[qi];
+
+		if ((q->reserved > 0 || q->tail > q->head) && le_notifier_missing(q))
+		{
+			q->state = LE_NOTIFIER_STARTING;
+			q->starting_since = GetCurrentTimestamp();
+			start = true;
+		}
+	}
+	le_unlock();
+	if (start && !le_start_notifier(qi))
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_RESOURCES),
+				 errmsg("could not start the leader_election notifier for this LISTEN"),
+				 errdetail("Changes of leader are waiting to be sent, and no background worker slot is free."),
+				 errhint("Retry the LISTEN, or raise max_worker_processes.")));
 }
 
 static void

@@ -16,6 +16,7 @@
 #   2. A LISTEN that runs while a grant nobody listened for is committing
 #      hears that grant.  (Deciding at PRE_COMMIT only, the listener never
 #      heard it, and its read right after LISTEN could not show it.)
+#   3. The same LISTEN when no notifier can be started fails with 53000.
 use strict;
 use warnings;
 use lib 'test/t';
@@ -120,5 +121,31 @@ ok( le_wait_until(sub { grep { $_ eq 'u4' } @{ heard($l2->query_safe('SELECT 1')
 	'the listener hears the next change');
 
 le_quit($blocker, $g, $l2);
+
+# ---- 3. the first listener while no notifier can be started ----
+#
+# With every worker slot taken (the task runner's launcher and the logical
+# replication launcher fill max_worker_processes = 2), the grant below can
+# no longer send its events itself once its commit is visible.  The LISTEN
+# that would be owed them must not succeed deaf: it fails with 53000.
+# (Before the LISTEN looked at the queue, it succeeded and the grant was
+# not heard until some later change.)
+$node->append_conf('postgresql.conf', "max_worker_processes = 2\n");
+$node->restart;
+$node->safe_psql('postgres', q{
+	ALTER SYSTEM SET synchronous_standby_names = 'absent_standby';
+	SELECT pg_reload_conf();
+});
+ok(le_poll($node, q{SHOW synchronous_standby_names}, 'absent_standby'),
+	'no worker slot: synchronous_standby_names is in effect again');
+$g = le_session($node);
+le_send($g, q{SELECT try_acquire_leader('u5', '1 minute', 'g5')});
+is(commit_or_lock($g), 'SyncRep', 'no worker slot: a grant made while nobody listens waits in its commit');
+my $l3 = le_session($node);
+$l3->query('LISTEN leader_election');
+like($l3->{stderr}, qr/ERROR:\s+53000: could not start the leader_election notifier/,
+	'no worker slot: the LISTEN fails with 53000 instead of missing the grant');
+release_commit($g);
+le_quit($g, $l3);
 $node->stop;
 done_testing();
