@@ -71,7 +71,10 @@
  *     That transaction then holds the sender lock to its end: the notifier
  *     and transactions that send their own events wait for it (a deadlock
  *     with one of them, should the admin transaction go on to wait for its
- *     locks, is found by the deadlock detector).
+ *     locks, is found by the deadlock detector).  If the subtransaction
+ *     that took them aborts (a savepoint, an exception block), its NOTIFYs
+ *     are thrown away and its sender lock given back: what it took stays
+ *     queued (le_consumed_parts).
  *
  * While no session has run LISTEN leader_election (listeners.c, L1), a
  * transaction still reserves room at PRE_COMMIT (whether or not a notifier
@@ -180,9 +183,22 @@ static List *le_pending = NIL;
 static Size le_reserved = 0;
 static int	le_reserved_queue = -1;
 
-/* Bytes of queued events this transaction sends itself: removed at its commit. */
+/*
+ * Bytes of queued events this transaction sends itself: removed at its
+ * commit.  Taken per (sub)transaction level (le_consumed_parts, in
+ * TopTransactionContext), because a subtransaction that aborts throws its
+ * NOTIFYs away and gives back its sender lock: what it took must stay
+ * queued (le_notify_subxact_callback).
+ */
+typedef struct LeConsumedPart
+{
+	int			nest_level;
+	Size		bytes;
+} LeConsumedPart;
+
 static Size le_consumed = 0;
 static int	le_consumed_queue = -1;
+static List *le_consumed_parts = NIL;
 
 /* ---- shared memory ---- */
 
@@ -320,6 +336,17 @@ le_take_queued(int qi, int max)
 	copy = palloc(Max(to - from, 1));
 	le_ring_read(q, from, copy, to - from);
 	le_unlock();
+	if (to > from)
+	{
+		LeConsumedPart *part = MemoryContextAlloc(TopTransactionContext,
+												  sizeof(LeConsumedPart));
+		MemoryContext old = MemoryContextSwitchTo(TopTransactionContext);
+
+		part->nest_level = GetCurrentTransactionNestLevel();
+		part->bytes = to - from;
+		le_consumed_parts = lappend(le_consumed_parts, part);
+		MemoryContextSwitchTo(old);
+	}
 	le_consumed += to - from;
 	le_consumed_queue = qi;
 	for (p = copy; p < copy + (to - from);)
@@ -550,7 +577,13 @@ le_at_commit(void)
 
 		le_lock();
 		if (le_consumed > 0)
-			le_notify_shared->queues[le_consumed_queue].head += le_consumed;
+		{
+			LeNotifyQueue *cq = &le_notify_shared->queues[le_consumed_queue];
+
+			/* Only this transaction's sender lock let anyone take these. */
+			Assert(cq->head + le_consumed <= cq->tail);
+			cq->head = Min(cq->head + le_consumed, cq->tail);
+		}
 		if (le_reserved > 0)
 		{
 			LeNotifyQueue *q = &le_notify_shared->queues[qi];
@@ -606,7 +639,13 @@ le_notify_listener_ready(void)
 	{
 		LeNotifyQueue *q = &le_notify_shared->queues[qi];
 
-		if ((q->reserved > 0 || q->tail > q->head) && le_notifier_missing(q))
+		/*
+		 * Not only when none is missing: a start another session is making
+		 * (STARTING) may yet fail, after this LISTEN succeeded.  A second
+		 * notifier that comes up exits at once (le_notifier_main).
+		 */
+		if ((q->reserved > 0 || q->tail > q->head) &&
+			q->state != LE_NOTIFIER_RUNNING)
 		{
 			q->state = LE_NOTIFIER_STARTING;
 			q->starting_since = GetCurrentTimestamp();
@@ -657,6 +696,7 @@ le_notify_xact_callback(XactEvent event, void *arg)
 	le_reserved_queue = -1;
 	le_consumed = 0;
 	le_consumed_queue = -1;
+	le_consumed_parts = NIL;
 }
 
 static void
@@ -676,6 +716,20 @@ le_notify_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 			le_pending = foreach_delete_current(le_pending, lc);
 		else if (event == SUBXACT_EVENT_COMMIT_SUB)
 			p->nest_level = level - 1;
+	}
+	foreach(lc, le_consumed_parts)
+	{
+		LeConsumedPart *part = lfirst(lc);
+
+		if (part->nest_level < level)
+			continue;
+		if (event == SUBXACT_EVENT_ABORT_SUB)
+		{
+			le_consumed -= part->bytes;
+			le_consumed_parts = foreach_delete_current(le_consumed_parts, lc);
+		}
+		else if (event == SUBXACT_EVENT_COMMIT_SUB)
+			part->nest_level = level - 1;
 	}
 }
 

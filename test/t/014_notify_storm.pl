@@ -14,7 +14,8 @@
 # they can (thousands of changes), and one session holding 16 session-bound
 # leases terminated while 16 candidates wait; a storm where every term
 # publishes an info of 3,900 bytes; a hand-over and moves (their events and
-# payload fields).  Fallbacks (N2): a transaction
+# payload fields).  An administrator's change rolled back in a savepoint
+# (N3).  Fallbacks (N2): a transaction
 # with more changes than the queue holds, beside a storm; the notifier
 # terminated.  DROP DATABASE works while a notifier serves the database.  Run with the library
 # preloaded (the notifier sends; checked: the sender is not the granting
@@ -319,6 +320,35 @@ hear_all($l, $want);
 @problems = check_events($want, $l->{seen}, 'tx');
 is_deeply(\@problems, [], 'after the notifier was terminated: every change heard, in term order')
   or diag(join("\n", @problems[0 .. ($#problems < 9 ? $#problems : 9)]));
+
+# ---- N3: an administrator's change rolled back in a savepoint gives back
+# the queued events it took to send (they were lost: the savepoint's NOTIFYs
+# were thrown away, yet the commit removed them from the queue) ----
+$l->{seen} = [];
+$node->safe_psql('postgres', q{SELECT try_acquire_leader('sv0', '1 minute', 'h')});
+hear_all($l, expected_from_history($node, 'sv'));
+my $np = $node->safe_psql('postgres',
+	q{SELECT pid FROM pg_stat_activity WHERE backend_type = 'leader_election notifier'});
+like($np, qr/^\d+$/, 'N3: a notifier runs, idle (everything was heard)');
+kill 'STOP', $np;    # keeps the next events queued
+$node->safe_psql('postgres', q{
+	SELECT try_acquire_leader('sv1', '1 minute', 'h');
+	SELECT try_acquire_leader('sv2', '1 minute', 'h');
+	BEGIN;
+	SAVEPOINT s;
+	SELECT leader_election.release_name('sv0');
+	ROLLBACK TO s;
+	COMMIT;
+});
+kill 'CONT', $np;
+$want = expected_from_history($node, 'sv');
+hear_all($l, $want);
+@problems = check_events($want, $l->{seen}, 'sv');
+is_deeply(\@problems, [],
+	'N3: events queued before an admin change rolled back in a savepoint are still heard')
+  or diag(join("\n", @problems));
+is($node->safe_psql('postgres', q{SELECT try_acquire_leader('sv3', '1 minute', 'h')}), 't',
+	'N3: grants go on after it');
 
 # ---- the notifier never keeps DROP DATABASE from working ----
 $node->safe_psql('postgres', 'CREATE DATABASE le_drop');
