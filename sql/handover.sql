@@ -133,6 +133,19 @@ SELECT holder, end_reason FROM leader_election.history WHERE name = 'moved' ORDE
 SELECT release_leader('moved', 'host-c') AS released;
 SELECT leader_election.move_leader('moved') AS moved_nobody;
 SELECT leader_election.move_leader('never-used') AS moved_unknown;
+-- Nobody holds an expired lease, nor one whose session ended: false, and
+-- nothing is recorded or reserved (the next holder records how it ended).
+SELECT try_acquire_leader('moved', '100ms', 'host-c') AS acquired_short;
+SELECT pg_temp.wait_until_expired('moved');
+SELECT leader_election.move_leader('moved', 'host-a') AS moved_expired;
+SELECT try_acquire_leader('moved', '1 minute', 'host-b') AS b_takes_expired;
+SELECT holder, end_reason FROM leader_election.history WHERE name = 'moved' ORDER BY term;
+SELECT try_acquire_leader('ended', '1 minute') AS acquired_session_bound;
+SELECT pg_advisory_unlock_all();
+SELECT leader_election.move_leader('ended') AS moved_ended_session;
+SELECT count(*) AS reservations FROM leader_election.handovers WHERE name = 'ended';
+SELECT try_acquire_leader('ended', '1 minute', 'host-b') AS b_takes_ended;
+SELECT end_reason FROM leader_election.history WHERE name = 'ended' ORDER BY term;
 SELECT pg_temp.try($$SELECT leader_election.move_leader(NULL)$$) AS null_name;
 BEGIN READ ONLY;
 SELECT pg_temp.try($$SELECT leader_election.move_leader('moved')$$) AS read_only;

@@ -251,6 +251,8 @@ extern void le_lock_name_writer(const char *name);
 extern void le_claim_name(const char *name);
 extern bool le_try_acquire_in_statement(const char *name, int64 ttl_usecs,
 										const LeIdentity *who);
+extern bool le_renew_without_waiting(const char *name, int64 ttl_usecs,
+									 const LeIdentity *who);
 extern bool le_release_term(const char *name, const LeIdentity *who,
 							int64 term);
 extern void le_check_owner(const char *name, const LeaseRow *row);
@@ -305,6 +307,10 @@ extern void le_wait_sleep(TimestampTz until);
 extern void le_wait_end(void);
 extern int32 le_waiting_candidates(const char *name);
 extern void le_wake_waiters_now(const char *name);
+extern void le_xact_took_writer(const char *name);
+extern void le_writer_try_begin(const char *name);
+extern void le_writer_try_end(void);
+extern void le_writer_given_back(const char *name);
 
 /*
  * stats.c: what is counted.  Outcomes (up to LE_STAT_MOVES) count at commit,

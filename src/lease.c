@@ -125,9 +125,6 @@
 #include "compat.h"
 #include "leader_election.h"
 
-/* How soon a candidate that found the writer lock busy tries again. */
-#define LE_BUSY_RETRY_USECS		(2 * INT64CONST(1000))	/* 2 ms */
-
 PG_FUNCTION_INFO_V1(try_acquire_leader);
 PG_FUNCTION_INFO_V1(move_leader);
 PG_FUNCTION_INFO_V1(am_leader);
@@ -181,7 +178,10 @@ le_lock_writer(const char *name, bool wait)
 	LOCKTAG		tag;
 
 	le_writer_locktag(&tag, name);
-	return LockAcquire(&tag, ExclusiveLock, false, !wait) != LOCKACQUIRE_NOT_AVAIL;
+	if (LockAcquire(&tag, ExclusiveLock, false, !wait) == LOCKACQUIRE_NOT_AVAIL)
+		return false;
+	le_xact_took_writer(name);
+	return true;
 }
 
 /*
@@ -206,6 +206,7 @@ le_unlock_writer(const char *name)
 
 	le_writer_locktag(&tag, name);
 	LockRelease(&tag, ExclusiveLock, false);
+	le_writer_given_back(name);
 }
 
 /*
@@ -410,14 +411,14 @@ le_try_acquire_from(const char *name, int64 ttl_usecs, const LeIdentity *who,
 	 * for it (I7): whoever else has it is a candidate looking for an instant
 	 * or a sibling renewing under the same holder, and answering "no" to a
 	 * valid holder would make it step down for nothing.  A candidate that
-	 * finds it busy may retry soon: the other may be a try that writes
-	 * nothing (a barred or outranked one), whose end wakes nobody.
+	 * finds it busy is woken when it is given back (wakeup.c), whether by a
+	 * try that wrote nothing or at the end of a transaction.
 	 */
+	if (!claim)
+		le_writer_try_begin(name);
 	if (!le_lock_writer(name, claim))
-	{
-		*retry_at = GetCurrentTimestamp() + LE_BUSY_RETRY_USECS;
 		return false;
-	}
+	le_writer_try_end();
 	now = GetCurrentTimestamp();
 
 	/*
@@ -541,6 +542,37 @@ le_try_acquire(const char *name, int64 ttl_usecs, const LeIdentity *who,
 	if (!won)
 		le_stats_count(LE_STAT_LOSING_TRIES);
 	return won;
+}
+
+/*
+ * Renew a lease `who` validly holds, only if its writer lock is free now:
+ * false, having written nothing, if it is not held or the lock is taken.
+ * For the task launcher, which renews every running task in turn and must
+ * not wait for one role's open transaction (task_runner.h, "Locks"); while
+ * the runner's lease is valid only a transaction of the owning role (or an
+ * administrator's) can hold that lock, and the launcher tries again later.
+ */
+bool
+le_renew_without_waiting(const char *name, int64 ttl_usecs, const LeIdentity *who)
+{
+	LeaseRow	row;
+	TimestampTz now = GetCurrentTimestamp();
+
+	le_store_read_for_answer(name, &row);
+	le_check_owner(name, &row);
+	if (!le_is_mine(&row, who) || !le_lease_valid(&row, now))
+		return false;
+	if (!le_lock_writer(name, false))
+		return false;
+	now = GetCurrentTimestamp();
+	if (!le_store_renew(name, &row, now, now + ttl_usecs))
+	{
+		le_unlock_writer(name);
+		return false;
+	}
+	le_stats_count(LE_STAT_RENEWALS);
+	le_after_grant(name, who, now + ttl_usecs);
+	return true;
 }
 
 /* One try_acquire_leader() call. */
@@ -667,7 +699,9 @@ release_leader(PG_FUNCTION_ARGS)
  *
  * I9.  The name's owner (a member of the owning role, or a superuser: I8)
  * ends whoever holds the lease, without its cooperation; false if nobody
- * holds it.
+ * holds it: no row, released, expired or its session ended.  Such a lease
+ * is left as it is (its next holder records how it ended) and gets no
+ * reservation.
  */
 Datum
 move_leader(PG_FUNCTION_ARGS)
@@ -679,13 +713,13 @@ move_leader(PG_FUNCTION_ARGS)
 	le_prevent_if_read_only("move_leader()");
 	le_store_read(name, &row);
 	le_check_owner(name, &row);
-	if (!row.found || row.holder == NULL)
+	if (!le_lease_valid(&row, GetCurrentTimestamp()))
 		PG_RETURN_BOOL(false);
 
 	(void) le_lock_writer(name, true);
 	le_store_read(name, &row);
 	le_check_owner(name, &row);
-	if (!row.found || row.holder == NULL)
+	if (!le_lease_valid(&row, GetCurrentTimestamp()))
 	{
 		le_unlock_writer(name);
 		PG_RETURN_BOOL(false);
@@ -890,6 +924,46 @@ le_wait_attempt_in_subxact(const char *name, int64 ttl_usecs, const LeIdentity *
 }
 
 /*
+ * A waiter that may not take the name (I8) is refused before it ranks:
+ * ranked, it would hold back the owner's own waiters while it lasted.  The
+ * look is made in a subtransaction rolled back afterwards, like every
+ * attempt, so that the waiter keeps no lock on the lease table while it
+ * sleeps.
+ */
+static void
+le_check_owner_in_subxact(const char *name)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	ResourceOwner owner = CurrentResourceOwner;
+
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(cxt);
+	PG_TRY();
+	{
+		LeaseRow	row;
+
+		le_store_read_for_answer(name, &row);
+		le_check_owner(name, &row);
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(cxt);
+		CurrentResourceOwner = owner;
+		ReThrowError(edata);
+	}
+	PG_END_TRY();
+	RollbackAndReleaseCurrentSubTransaction();
+	MemoryContextSwitchTo(cxt);
+	CurrentResourceOwner = owner;
+}
+
+/*
  * wait_for_leadership(name text, ttl interval, timeout interval,
  *					   holder text, priority integer) returns boolean
  *					   (1.0: without priority)
@@ -931,6 +1005,8 @@ wait_for_leadership(PG_FUNCTION_ARGS)
 	attempt_cxt = AllocSetContextCreate(CurrentMemoryContext,
 										"leader_election wait attempt",
 										ALLOCSET_SMALL_SIZES);
+
+	le_check_owner_in_subxact(name);
 
 	PG_TRY();
 	{

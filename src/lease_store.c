@@ -48,6 +48,7 @@
 #include "catalog/pg_am.h"
 #include "catalog/pg_collation.h"
 #include "catalog/pg_opfamily.h"
+#include "catalog/pg_sequence.h"
 #include "catalog/pg_trigger.h"
 #include "catalog/pg_type.h"
 #include "commands/sequence.h"
@@ -2007,6 +2008,33 @@ le_store_terms_relid(void)
 }
 
 /*
+ * The counter must hand out every value from the sequence itself: with a
+ * CACHE above 1 each backend draws from a block of its own, below values
+ * other backends have already handed out, and a move (setval) leaves those
+ * blocks behind it.  Checked before the draw and after it (nextval's lock on
+ * the sequence has then taken in any ALTER SEQUENCE that committed, and
+ * keeps a new one out until this transaction ends).  55000 either way.
+ */
+static void
+le_require_uncached_terms(Oid seq)
+{
+	HeapTuple	tup = SearchSysCache1(SEQRELID, ObjectIdGetDatum(seq));
+	int64		cache;
+
+	if (!HeapTupleIsValid(tup))
+		elog(ERROR, "cache lookup failed for sequence %u", seq);
+	cache = ((Form_pg_sequence) GETSTRUCT(tup))->seqcache;
+	ReleaseSysCache(tup);
+	if (cache != 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("the term counter leader_election.terms caches %lld values per session",
+						(long long) cache),
+				 errdetail("Terms drawn from per-session caches would not follow the order in which they are handed out."),
+				 errhint("ALTER SEQUENCE leader_election.terms CACHE 1;")));
+}
+
+/*
  * The counter's next value (nextval, as the caller: no privilege check).
  * Drawn holding the movers' lock in share mode, only around the nextval: a
  * move reads the counter and then sets it, and a value drawn in between
@@ -2019,11 +2047,13 @@ le_store_terms_next(void)
 	volatile int64 term = 0;
 
 	le_store_load_rels();
+	le_require_uncached_terms(le_rels.terms_seq);
 	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, 0, 0, LE_LOCKTAG_TERMS);
 	(void) LockAcquire(&tag, ShareLock, true, false);
 	PG_TRY();
 	{
 		term = nextval_internal(le_rels.terms_seq, false);
+		le_require_uncached_terms(le_rels.terms_seq);
 	}
 	PG_FINALLY();
 	{

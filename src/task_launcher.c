@@ -319,7 +319,8 @@ typedef struct LeTaskInfo
 {
 	int64		id;				/* hash key */
 	char		name[LE_MAX_NAME_BYTES + 1];
-	int			deaths;
+	int			deaths;			/* in a row: the backoff */
+	int			blamed;			/* of those, deaths that blame the task */
 	TimestampTz retry_at;		/* no worker before this */
 	char		last_error[LE_TASK_ERROR_LEN];
 	char		state[128];		/* what the task should show */
@@ -521,6 +522,7 @@ le_worker_gone(int i)
 	LeLauncherSlot *mine = &le_launcher_slots[i];
 	bool		expected;
 	bool		stopping;
+	bool		blames;
 	int64		task_id;
 	char		error[LE_TASK_ERROR_LEN];
 	LeTaskInfo *info;
@@ -531,6 +533,7 @@ le_worker_gone(int i)
 	stopping = slot->stopping;
 	task_id = slot->task_id;
 	strlcpy(error, slot->last_error, sizeof(error));
+	blames = slot->error_blames_task;
 	SpinLockRelease(&slot->mutex);
 
 	if (mine->handle == NULL || mine->name == NULL)
@@ -539,13 +542,19 @@ le_worker_gone(int i)
 	if (expected || stopping)
 	{
 		info->deaths = 0;
+		info->blamed = 0;
 		info->retry_at = 0;
 		return;
 	}
 	/* A worker that lived a while before dying starts a new count. */
 	if (now - mine->started >= LE_TASK_BACKOFF_MAX_MS * (int64) 1000)
+	{
 		info->deaths = 0;
+		info->blamed = 0;
+	}
 	info->deaths++;
+	if (blames)
+		info->blamed++;
 	strlcpy(info->last_error, error[0] ? error : "(no message)", sizeof(info->last_error));
 	info->retry_at = TimestampTzPlusMilliseconds(now,
 												 Min(1000L << Min(info->deaths - 1, 16),
@@ -817,7 +826,7 @@ le_launcher_scan(MemoryContext cxt)
 				le_info_state(info, "worker started", NULL);
 			else if (name_taken)
 				le_info_state(info, "waiting for the previous worker of its name to exit", NULL);
-			else if (info->deaths >= LE_TASK_MAX_DEATHS)
+			else if (info->blamed >= LE_TASK_MAX_DEATHS)
 			{
 				char	   *reason = psprintf("the task's worker exited on an error %d times in a row; last error: %s",
 											  info->deaths, info->last_error);
@@ -825,6 +834,7 @@ le_launcher_scan(MemoryContext cxt)
 				if (le_task_disable(t, reason))
 				{
 					info->deaths = 0;
+					info->blamed = 0;
 					info->retry_at = 0;
 				}
 			}
@@ -944,7 +954,6 @@ le_renew_for_run(int i, const char *identity, int64 term, int64 ttl, bool *lost)
 	{
 		LeaseRow	row;
 		LeIdentity	who;
-		TimestampTz retry_at;
 
 		le_task_xact_begin();
 		who.holder = pstrdup(identity);
@@ -953,7 +962,7 @@ le_renew_for_run(int i, const char *identity, int64 term, int64 ttl, bool *lost)
 		if (!row.found || row.holder == NULL || strcmp(row.holder, identity) != 0 ||
 			row.term != term)
 			gone = true;
-		else if (le_try_acquire(name, ttl, &who, &retry_at))
+		else if (le_renew_without_waiting(name, ttl, &who))
 		{
 			CommandCounterIncrement();
 			le_store_read(name, &row);

@@ -343,6 +343,26 @@ le_exec_as_task_tables_owner(const char *sql, int nargs, Oid *types, Datum *valu
 }
 
 /*
+ * Keep the newest leader_election.task_runs_max rows of a task (after every
+ * row the runner adds: a run's end, a disabled task's 'skipped' row).
+ */
+void
+le_task_runs_trim(int64 task_id)
+{
+	Oid			types[2] = {INT8OID, INT4OID};
+	Datum		values[2];
+
+	values[0] = Int64GetDatum(task_id);
+	values[1] = Int32GetDatum(le_task_runs_max);
+	le_exec_as_task_tables_owner("DELETE FROM leader_election.task_runs"
+								 " WHERE task_id OPERATOR(pg_catalog.=) $1 AND id OPERATOR(pg_catalog.<=)"
+								 " (SELECT r.id FROM leader_election.task_runs AS r"
+								 "   WHERE r.task_id OPERATOR(pg_catalog.=) $1"
+								 "   ORDER BY r.id DESC OFFSET $2 LIMIT 1)",
+								 2, types, values, NULL, false, 0);
+}
+
+/*
  * Disable a task the runner cannot run: the task disabled with the reason,
  * a 'skipped' run with the same reason, and a log line.  A task row that
  * another session has locked is left alone (false): the runner never
@@ -377,6 +397,7 @@ le_task_disable(const LeTask *t, const char *reason)
 								 " VALUES ($1, $2, $3, pg_catalog.clock_timestamp(), pg_catalog.clock_timestamp(),"
 								 " 'skipped', $4, pg_catalog.pg_backend_pid())",
 								 4, types, values, NULL, false, 0);
+	le_task_runs_trim(t->id);
 	ereport(LOG,
 			(errmsg("leader_election: task \"%s\" disabled: %s", t->name, reason),
 			 errhint("Fix the cause, then call leader_election.enable_task(%s).",
@@ -395,9 +416,12 @@ le_task_set_state(int64 task_id, const char *state)
 	Oid			types[2] = {INT8OID, TEXTOID};
 	Datum		values[2];
 
-	/* The 1.0 objects (before ALTER EXTENSION UPDATE) have no runner_state. */
+	/*
+	 * The 1.0 objects (before ALTER EXTENSION UPDATE) have no runner_state:
+	 * not written, so that it is written once the update has added it.
+	 */
 	if (le_store_schema_1_0())
-		return true;
+		return false;
 	values[0] = Int64GetDatum(task_id);
 	values[1] = CStringGetTextDatum(state);
 	le_exec_as_task_tables_owner("UPDATE leader_election.tasks SET runner_state = $2"

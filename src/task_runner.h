@@ -97,12 +97,20 @@
  * Worker deaths.  A worker that exits on an error (not because it was
  * told to stop) records its last error in its slot; the launcher restarts
  * the task after 1, 2, 4 ... 60 s and disables it, with the error as the
- * reason, after LE_TASK_MAX_DEATHS deaths in a row.
+ * reason, after LE_TASK_MAX_DEATHS deaths in a row that blame the task.
+ * A death does not blame the task when it came from outside it: before
+ * the worker was connected to its database (one not accepting
+ * connections), or on an error of a shortage (class 53: another role can
+ * fill the lock table), an operator's action (57), the connection (08) or
+ * the system (58).  Those are retried with the same backoff, never disabled.
  *
  * Locks.  The runner never waits behind another session's locks for long:
- * its writes to task rows skip rows locked by others (SKIP LOCKED) and its
- * lease writes have a lock timeout, so one role's open transaction can
- * stall neither the launcher's scan nor the renewals of other tasks.
+ * its writes to task rows skip rows locked by others (SKIP LOCKED), the
+ * launcher's renewals never wait for a name's writer lock (one taken means
+ * an open transaction of the task's own role or an administrator: tried
+ * again ttl/6 later), and its lease writes have a lock timeout, so one
+ * role's open transactions can stall neither the launcher's scan nor the
+ * renewals of other roles' tasks.
  *
  * Slots.  A task that cannot get a worker (no free slot, its role's
  * quota leader_election.max_task_workers_per_role used up, or no
@@ -207,6 +215,9 @@ typedef struct LeTaskSlot
 	bool		exit_expected;	/* worker: exited as told, or on its own
 								 * watchdog, not on an error */
 	char		last_error[LE_TASK_ERROR_LEN];	/* worker: its last error */
+	bool		error_blames_task;	/* worker: that error may be the task's
+									 * doing (not a shortage, an operator's
+									 * action or the database refusing it) */
 } LeTaskSlot;
 
 #define LE_TASK_MAX_DATABASES	32	/* entries of leader_election.database */
@@ -295,6 +306,7 @@ extern LeTask *le_task_load_enabled(MemoryContext into, int *ntasks);
 extern char *le_task_problem(const LeTask *t);
 extern int	le_task_problem_code(const LeTask *t);
 extern bool le_task_disable(const LeTask *t, const char *reason);
+extern void le_task_runs_trim(int64 task_id);
 extern bool le_task_set_state(int64 task_id, const char *state);
 extern int64 le_task_last_start(int64 task_id, TimestampTz *started_at);
 extern int	le_exec_as_task_tables_owner(const char *sql, int nargs, Oid *types,

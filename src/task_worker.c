@@ -213,12 +213,30 @@ le_block_our_signals(bool block)
 /* The worker's last error, for the launcher (emit_log_hook). */
 static emit_log_hook_type le_prev_emit_log_hook = NULL;
 static char le_last_error[LE_TASK_ERROR_LEN];
+static bool le_last_error_blames_task = false;
+static bool le_worker_connected = false;
+
+/* task_runner.h, "Worker deaths": may this error be the task's doing? */
+static bool
+le_error_blames_task(const ErrorData *edata)
+{
+	int			class = ERRCODE_TO_CATEGORY(edata->sqlerrcode);
+
+	return le_worker_connected &&
+		class != ERRCODE_INSUFFICIENT_RESOURCES &&
+		class != ERRCODE_OPERATOR_INTERVENTION &&
+		class != ERRCODE_CONNECTION_EXCEPTION &&
+		class != ERRCODE_SYSTEM_ERROR;
+}
 
 static void
 le_note_error(ErrorData *edata)
 {
 	if (edata->elevel >= ERROR && edata->message != NULL)
+	{
 		strlcpy(le_last_error, edata->message, sizeof(le_last_error));
+		le_last_error_blames_task = le_error_blames_task(edata);
+	}
 	if (le_prev_emit_log_hook)
 		le_prev_emit_log_hook(edata);
 }
@@ -238,6 +256,8 @@ le_leave_slot(int code, Datum arg)
 	{
 		slot->exit_expected = (code == 0 || le_worker_shutdown || le_watchdog_killed);
 		strlcpy(slot->last_error, le_last_error, sizeof(slot->last_error));
+		slot->error_blames_task = le_last_error[0] == '\0' ? le_worker_connected :
+			le_last_error_blames_task;
 		slot->pid = 0;
 		slot->running = false;
 	}
@@ -271,6 +291,7 @@ le_claim_slot(int slotno, Oid database, int64 task_id)
 	slot->cancel_requested = false;
 	slot->exit_expected = false;
 	slot->last_error[0] = '\0';
+	slot->error_blames_task = false;
 	strlcpy(name, slot->name, sizeof(name));
 	SpinLockRelease(&slot->mutex);
 	on_shmem_exit(le_leave_slot, PointerGetDatum(slot));
@@ -452,9 +473,9 @@ le_record_start(const LeTask *t, int64 term, TimestampTz *started)
 static void
 le_record_end(int64 task_id, int64 run_id, const char *status, const char *error)
 {
-	Oid			types[5] = {INT8OID, INT8OID, TEXTOID, TEXTOID, INT4OID};
-	Datum		values[5];
-	char		nulls[5] = {' ', ' ', ' ', ' ', ' '};
+	Oid			types[4] = {INT8OID, INT8OID, TEXTOID, TEXTOID};
+	Datum		values[4];
+	char		nulls[4] = {' ', ' ', ' ', ' '};
 
 	values[0] = Int64GetDatum(task_id);
 	values[1] = Int64GetDatum(run_id);
@@ -463,24 +484,17 @@ le_record_end(int64 task_id, int64 run_id, const char *status, const char *error
 		values[3] = CStringGetTextDatum(error);
 	else
 		nulls[3] = 'n';
-	values[4] = Int32GetDatum(le_task_runs_max);
 	le_exec_as_task_tables_owner("UPDATE leader_election.task_runs SET status = $3, error = $4,"
 								 " finished_at = pg_catalog.clock_timestamp()"
 								 " WHERE id OPERATOR(pg_catalog.=) $2"
 								 " AND status OPERATOR(pg_catalog.=) 'running'",
-								 5, types, values, nulls, false, 0);
+								 4, types, values, nulls, false, 0);
 	le_exec_as_task_tables_owner("UPDATE leader_election.tasks SET last_status = $3,"
 								 " last_finished_at = pg_catalog.clock_timestamp()"
 								 " WHERE id OPERATOR(pg_catalog.=) (SELECT l.id FROM leader_election.tasks AS l"
 								 "  WHERE l.id OPERATOR(pg_catalog.=) $1 FOR NO KEY UPDATE SKIP LOCKED)",
-								 5, types, values, nulls, false, 0);
-	/* Keep the newest task_runs_max rows of this task. */
-	le_exec_as_task_tables_owner("DELETE FROM leader_election.task_runs"
-								 " WHERE task_id OPERATOR(pg_catalog.=) $1 AND id OPERATOR(pg_catalog.<=)"
-								 " (SELECT r.id FROM leader_election.task_runs AS r"
-								 "   WHERE r.task_id OPERATOR(pg_catalog.=) $1"
-								 "   ORDER BY r.id DESC OFFSET $5 LIMIT 1)",
-								 5, types, values, nulls, false, 0);
+								 4, types, values, nulls, false, 0);
+	le_task_runs_trim(task_id);
 }
 
 /* ---- the exit ---- */
@@ -738,6 +752,7 @@ le_task_worker_main(Datum main_arg)
 	slot = le_claim_slot(DatumGetInt32(main_arg), args.database, args.task_id);
 	le_slot = slot;
 	BackgroundWorkerInitializeConnectionByOid(args.database, args.owner, 0);
+	le_worker_connected = true;
 
 	SpinLockAcquire(&le_tasks->mutex);
 	strlcpy(le_identity, le_tasks->identity, sizeof(le_identity));

@@ -12,6 +12,12 @@
  *	  holder session    the holder backend exits: an on_shmem_exit callback
  *	  exit              broadcasts after its locks have been released
  *
+ * A waiter that finds the name's writer lock taken sleeps too: the lock is
+ * given back either at the end of the transaction that took it (which
+ * broadcasts, whatever it wrote: le_xact_took_writer) or, by a call that
+ * wrote nothing, at once (le_writer_given_back broadcasts then, if a waiter
+ * counted itself as having found the lock taken: le_writer_try_begin).
+ *
  * With the library in shared_preload_libraries, shared memory holds
  * LE_WAKE_SLOTS condition variables; a name maps to one slot by hash.  Two
  * names sharing a slot only cause spurious wakeups, which the waiter's loop
@@ -35,6 +41,8 @@
 
 #include "access/xact.h"
 #include "common/hashfn.h"
+#include "libpq/libpq.h"
+#include "libpq/libpq-be.h"
 #include "miscadmin.h"
 #include "nodes/pg_list.h"
 #include "pgstat.h"
@@ -59,6 +67,7 @@ typedef struct LeWakeSlot
 {
 	ConditionVariable cv;
 	pg_atomic_uint32 waiters;
+	pg_atomic_uint32 lock_waiters;	/* of those, found the writer lock taken */
 	pg_atomic_uint64 broadcasts;	/* advanced before every broadcast */
 } LeWakeSlot;
 
@@ -88,6 +97,9 @@ static int	le_waiting_slot = -1;
 
 /* That slot's broadcast count when the current attempt began. */
 static uint64 le_waiting_seen = 0;
+
+/* Counted in that slot's lock_waiters (le_writer_try_begin). */
+static bool le_counted_lock_waiter = false;
 
 static int
 le_slot_of(const char *name)
@@ -142,6 +154,7 @@ le_wakeup_shmem_init(void)
 		{
 			ConditionVariableInit(&le_wake->slots[i].cv);
 			pg_atomic_init_u32(&le_wake->slots[i].waiters, 0);
+			pg_atomic_init_u32(&le_wake->slots[i].lock_waiters, 0);
 			pg_atomic_init_u64(&le_wake->slots[i].broadcasts, 0);
 		}
 	}
@@ -297,8 +310,56 @@ le_wait_begin(const char *name)
 void
 le_wait_attempt(void)
 {
+	le_writer_try_end();
 	if (le_wake != NULL && le_waiting_slot >= 0)
 		le_waiting_seen = pg_atomic_read_u64(&le_wake->slots[le_waiting_slot].broadcasts);
+}
+
+/*
+ * A waiter whose client has gone away stops waiting at once (README: a
+ * waiter that leaves, by disconnecting too, stops counting): its backend
+ * would otherwise sleep on, keep its rank and win the lease for nobody.
+ * A client backend sleeps on its connection's wait set, which reports the
+ * socket's closing as well as the latch; a background worker (a task's
+ * procedure) has no client.
+ */
+static bool
+le_client_socket_watchable(void)
+{
+	return MyProcPort != NULL && FeBeWaitSet != NULL && WaitEventSetCanReportClosed();
+}
+
+/*
+ * Sleep at most ms on the latch, which a broadcast on our slot sets (we are
+ * on its condition variable's list), or until the client's socket closes:
+ * then end the session as client_connection_check_interval would.  The
+ * caller has checked the broadcast count; it checks interrupts next.
+ */
+static void
+le_sleep_watching_client(long ms)
+{
+	WaitEvent	ev;
+
+	ModifyWaitEvent(FeBeWaitSet, FeBeWaitSetSocketPos, WL_SOCKET_CLOSED, NULL);
+	if (WaitEventSetWait(FeBeWaitSet, ms, &ev, 1, le_wait_event_for_leadership()) == 0)
+		return;					/* timeout */
+	if (ev.events & WL_POSTMASTER_DEATH)
+		ereport(FATAL,
+				(errcode(ERRCODE_ADMIN_SHUTDOWN),
+				 errmsg("terminating connection due to unexpected postmaster exit")));
+	if (ev.events & WL_SOCKET_CLOSED)
+	{
+		ClientConnectionLost = 1;
+		InterruptPending = 1;
+		CHECK_FOR_INTERRUPTS();	/* FATAL: connection to client lost */
+	}
+	if (ev.events & WL_LATCH_SET)
+	{
+		ResetLatch(MyLatch);
+		if (pg_atomic_read_u64(&le_wake->slots[le_waiting_slot].broadcasts) !=
+			le_waiting_seen)
+			le_stats_count(LE_STAT_WAKEUPS);	/* by a broadcast */
+	}
 }
 
 /* Sleep until `until`, a broadcast on our slot, or an interrupt. */
@@ -326,9 +387,11 @@ le_wait_sleep(TimestampTz until)
 			le_stats_count(LE_STAT_WAKEUPS);
 			return;				/* woken during the attempt: try again */
 		}
-		if (!ConditionVariableTimedSleep(&le_wake->slots[le_waiting_slot].cv,
-										 Min(ms, LE_RECHECK_MS),
-										 le_wait_event_for_leadership()))
+		if (le_client_socket_watchable())
+			le_sleep_watching_client(Min(ms, LE_RECHECK_MS));
+		else if (!ConditionVariableTimedSleep(&le_wake->slots[le_waiting_slot].cv,
+											  Min(ms, LE_RECHECK_MS),
+											  le_wait_event_for_leadership()))
 			le_stats_count(LE_STAT_WAKEUPS);	/* by a broadcast */
 	}
 	else
@@ -344,6 +407,7 @@ le_wait_end(void)
 {
 	if (le_wake == NULL || le_waiting_slot < 0)
 		return;
+	le_writer_try_end();
 	ConditionVariableCancelSleep();
 	pg_atomic_fetch_sub_u32(&le_wake->slots[le_waiting_slot].waiters, 1);
 	le_waiting_slot = -1;
@@ -363,6 +427,72 @@ le_wake_waiters_now(const char *name)
 		return;
 	slot = le_slot_of(name);
 	pg_atomic_fetch_add_u64(&le_wake->slots[slot].broadcasts, 1);
+	ConditionVariableBroadcast(&le_wake->slots[slot].cv);
+}
+
+/*
+ * A waiter about to try the writer lock of `name` without waiting counts
+ * itself in the slot's lock_waiters first, and stays counted, if the lock
+ * was taken, until its next attempt (le_wait_attempt) or the end of its
+ * wait: whoever gives the lock back after the failed try then sees the
+ * count (the lock manager orders the two) and wakes it.
+ */
+void
+le_writer_try_begin(const char *name)
+{
+	if (le_wake == NULL || le_waiting_slot < 0 || le_counted_lock_waiter ||
+		le_slot_of(name) != le_waiting_slot)
+		return;
+	pg_atomic_fetch_add_u32(&le_wake->slots[le_waiting_slot].lock_waiters, 1);
+	le_counted_lock_waiter = true;
+}
+
+/* The try took the lock (or the wait goes on to a new attempt): uncount. */
+void
+le_writer_try_end(void)
+{
+	if (!le_counted_lock_waiter)
+		return;
+	pg_atomic_fetch_sub_u32(&le_wake->slots[le_waiting_slot].lock_waiters, 1);
+	le_counted_lock_waiter = false;
+}
+
+/*
+ * This transaction took the writer lock of `name`: however it ends, its
+ * end wakes the name's waiters, as for a write (a waiter may have found
+ * the lock taken).
+ */
+void
+le_xact_took_writer(const char *name)
+{
+	if (le_wake == NULL)
+		return;
+	le_set_bit(le_xact_slots, le_slot_of(name));
+	le_xact_any_slot = true;
+}
+
+/*
+ * The writer lock of `name` was given back before the end of the
+ * transaction, by a call that wrote nothing: wake the waiters that found it
+ * taken, if any.  Only those: waking every waiter, each of which takes the
+ * lock and gives it back in turn (a barred or outranked one), would have
+ * them wake each other for ever.  If this backend waits on the same slot,
+ * its own broadcast does not wake it.
+ */
+void
+le_writer_given_back(const char *name)
+{
+	int			slot;
+
+	if (le_wake == NULL)
+		return;
+	slot = le_slot_of(name);
+	pg_memory_barrier();		/* the release before the look at the count */
+	if (pg_atomic_read_u32(&le_wake->slots[slot].lock_waiters) == 0)
+		return;
+	pg_atomic_fetch_add_u64(&le_wake->slots[slot].broadcasts, 1);
+	if (slot == le_waiting_slot)
+		le_waiting_seen++;
 	ConditionVariableBroadcast(&le_wake->slots[slot].cv);
 }
 

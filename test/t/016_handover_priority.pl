@@ -11,7 +11,8 @@
 # - priorities: the highest wins, then the longest waiting; a waiter that
 #   leaves (cancelled, terminated) no longer counts, so the next in rank
 #   takes the lease without waiting for a re-check; one that leaves after
-#   the next in rank stepped aside for it wakes it.
+#   the next in rank stepped aside for it wakes it; a waiter whose client
+#   vanished (killed) ends with its client and no longer counts.
 #
 # Hand-over latencies (server clock, from the end of the term to the
 # successor's acquired_at) are asserted below 250 ms, which separates a
@@ -214,6 +215,37 @@ sub handover_ms
 	$latency{after_terminated_waiter} = handover_ms('cron');
 	cmp_ok($latency{after_terminated_waiter}, '<', 250, 'cron: at once');
 	le_quit($h, values %w);
+}
+
+# ---- a waiter whose client vanishes stops counting at once ----
+# The waiter's psql client is killed (SIGKILL: the socket closes, nothing is
+# sent).  Its backend must end (PostgreSQL's "connection to client lost")
+# instead of sleeping on with its rank: on the code before, it stayed,
+# counted in waiting_candidates, and won the lease for a client that no
+# longer existed while the live waiter of lower priority timed out.
+{
+	my $h = le_session($node);
+	is($h->query_safe(q{SELECT try_acquire_leader('dc', '1 hour', 'h')}), 't',
+		'dc: h acquires');
+	my $gone = le_session($node);
+	my $gone_client = le_psql_pid($gone);
+	ok(le_start_wait($node, $gone,
+			q{SELECT wait_for_leadership('dc', '1 hour', NULL, 'gone', 10)}),
+		'dc: gone (priority 10) waits');
+	kill 'KILL', $gone_client;
+	ok(le_poll($node,
+			"SELECT count(*) = 0 FROM pg_stat_activity WHERE pid = $gone->{le_pid}",
+			't', 30),
+		"dc: the vanished client's backend ends");
+	my $live = waiter('dc', 'live', 0);
+	is($node->safe_psql('postgres', q{SELECT leader_election.waiting_candidates('dc')}), '1',
+		'dc: only the live waiter counts');
+	is($h->query_safe(q{SELECT release_leader('dc', 'h')}), 't', 'dc: h releases');
+	is(wait_result($live), 't', 'dc: the live waiter wins');
+	is(holder_of('dc'), 'live', 'dc: live holds it');
+	$latency{after_vanished_client} = handover_ms('dc');
+	cmp_ok($latency{after_vanished_client}, '<', 250, 'dc: at once');
+	le_quit($h, $gone, $live);
 }
 
 # ---- a waiter that outranks the next and leaves wakes it at once ----

@@ -202,6 +202,12 @@ ok(le_poll($node, qq{SELECT count(*) > $ticks_before + 1 FROM public.ticks
 is($node->safe_psql('postgres', q{SELECT count(*) FROM leader_election.task_runs
 	WHERE status NOT IN ('succeeded', 'running')}), '0',
 	'no run of the task failed or was cancelled across the update (no deadlock)');
+# The column the update added says what the runner does with the task (on
+# the code before it stayed NULL: the runner took its state as written
+# while the 1.0 table had no such column).
+ok(le_poll($node, q{SELECT runner_state FROM leader_election.tasks WHERE name = 'ticker'},
+		'worker started'),
+	'after the update: tasks.runner_state says the task has a worker');
 is($node->safe_psql('postgres', q{SELECT count(*) FROM public.ticks k
 	WHERE NOT EXISTS (SELECT FROM leader_election.history h
 	                   WHERE h.name = 'ticker' AND h.term = k.term)}),

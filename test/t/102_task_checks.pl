@@ -105,6 +105,25 @@ for my $t (sort keys %why)
 	ok(le_poll($node, qq{SELECT count(*) FROM pg_stat_activity
 		WHERE application_name = 'leader_election task $t'}, '0'), "$t has no worker any more");
 }
+# leader_election.task_runs_max holds for the 'skipped' rows of a task the
+# runner disables too: enabling t_a1 again (its procedure is still gone) is
+# disabled again at once, four times, and at most 2 rows are kept.  On the
+# code before, only a run's end trimmed, and each enable added a row.
+$node->safe_psql('postgres', q{ALTER SYSTEM SET leader_election.task_runs_max = 2});
+$node->safe_psql('postgres', q{SELECT pg_reload_conf()});
+ok(le_poll($node, q{SELECT current_setting('leader_election.task_runs_max')}, '2'),
+	'task_runs_max = 2');
+for my $round (1 .. 4)
+{
+	$node->safe_psql('postgres', q{SET ROLE a1; SELECT leader_election.enable_task('t_a1')});
+	ok(le_poll($node, q{SELECT NOT enabled FROM leader_election.tasks WHERE name = 't_a1'}),
+		"t_a1 enabled again is disabled again ($round)");
+}
+cmp_ok($node->safe_psql('postgres', q{SELECT count(*) FROM leader_election.task_runs
+	WHERE task_name = 't_a1'}), '<=', 2, "t_a1 keeps at most task_runs_max rows");
+$node->safe_psql('postgres', q{ALTER SYSTEM RESET leader_election.task_runs_max});
+$node->safe_psql('postgres', q{SELECT pg_reload_conf()});
+
 my $hits = $node->safe_psql('postgres', q{SELECT count(*) FROM public.hits WHERE task = 'a3'});
 ok(le_poll($node, qq{SELECT count(*) > $hits FROM public.hits WHERE task = 'a3'}),
 	'the healthy task keeps running');

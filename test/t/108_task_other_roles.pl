@@ -6,7 +6,8 @@
 # wants to disable that task and cannot write its row.  Meanwhile role b's
 # run, ten times longer than its ttl, must keep its lease (renewals never
 # wait behind the scan), and a task registered by role c meanwhile must be
-# picked up and run.
+# picked up and run.  Then a holds the writer lock of its own running task's
+# lease in an open transaction: the launcher renews without waiting for it.
 use strict;
 use warnings;
 use lib 'test/t';
@@ -14,6 +15,7 @@ use LeaderElectionTest;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use Time::HiRes qw(usleep);
 
 my $node = le_node('roles', conf => "leader_election.database = 'postgres'\n");
 le_task_role($node, $_) for qw(a b c);
@@ -68,5 +70,39 @@ ok(le_poll($node, q{SELECT NOT enabled AND disabled_reason LIKE '%no longer exis
 	FROM leader_election.tasks WHERE name = 'ta'}, 't', 20),
 	'once a lets go, its task is disabled with the reason');
 le_quit($sa);
+
+# a holds the writer lock of its own running task's lease: it renews that
+# lease under the runner's holder name (public: leader_election.leaders
+# shows it) in a transaction it leaves open.  The launcher must not wait
+# for that lock when it renews a's task (it tries again later, and a's run
+# is a's problem); on the code before it waited up to 200 ms per renewal,
+# and with a few such tasks one role made the launcher too late for other
+# roles' renewals.  Sampled: the launcher never has a lock it waits for.
+$node->safe_psql('postgres', q{
+CREATE PROCEDURE public.pa2() LANGUAGE plpgsql AS $$
+BEGIN LOOP PERFORM pg_sleep(0.1); END LOOP; END $$;
+ALTER PROCEDURE public.pa2() OWNER TO a;
+SET ROLE a;
+SELECT leader_election.register_task('te', 'public.pa2()', '1 hour', '1 second');
+});
+ok(le_poll($node, q{SELECT count(*) FROM leader_election.task_runs
+	WHERE task_name = 'te' AND status = 'running'}, '1'), 'a\'s endless task runs');
+my $runner = $node->safe_psql('postgres', q{SELECT holder FROM leader_election.leaders WHERE name = 'te'});
+my $sl = le_session($node);
+$sl->query_safe(q{SET ROLE a});
+$sl->query_safe(q{BEGIN});
+is($sl->query_safe(qq{SELECT try_acquire_leader('te', '1 second', '$runner')}), 't',
+	'a renews its task\'s lease under the runner\'s name and keeps the transaction open');
+my $waits = 0;
+for (1 .. 60)
+{
+	$waits += $node->safe_psql('postgres', q{SELECT count(*) FROM pg_locks AS l
+		JOIN pg_stat_activity AS s ON s.pid = l.pid
+		WHERE s.backend_type = 'leader_election launcher' AND NOT l.granted});
+	usleep(50_000);
+}
+is($waits, 0, 'the launcher never waited for a lock (60 samples over 3 s)');
+$sl->query_safe(q{ROLLBACK});
+le_quit($sl);
 $node->stop;
 done_testing();

@@ -1,6 +1,7 @@
 # 110_task_session_state.pl: a procedure's or a role's settings never break
 # the runner's own bookkeeping; each run starts from a clean session;
-# repeated worker deaths back off and disable the task; rows left
+# repeated worker deaths back off and disable the task, unless they come
+# from a shortage another role can cause; rows left
 # 'running' by a dead worker are closed even when no worker of the task
 # comes back (task_runner.h, "Session state" and "Worker deaths").
 use strict;
@@ -12,7 +13,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 
 my $node = le_node('state', conf => "leader_election.database = 'postgres'\nrestart_after_crash = on\n");
-le_task_role($node, $_) for qw(app ro dies masked);
+le_task_role($node, $_) for qw(app ro dies short masked);
 $node->safe_psql('postgres', q{
 CREATE TABLE public.seen (task text, pid int, work_mem text, path text, ro text,
                           at timestamptz DEFAULT clock_timestamp());
@@ -47,6 +48,11 @@ ALTER PROCEDURE public.reader() OWNER TO ro;
 ALTER PROCEDURE public.boom() OWNER TO dies;
 ALTER ROLE ro SET default_transaction_read_only = on;
 ALTER ROLE dies SET exit_on_error = on;
+-- Dies as a worker does when another role has filled the lock table.
+CREATE PROCEDURE public.starved() LANGUAGE plpgsql AS $$
+BEGIN RAISE EXCEPTION 'out of shared memory' USING ERRCODE = 'out_of_memory'; END $$;
+ALTER PROCEDURE public.starved() OWNER TO short;
+ALTER ROLE short SET exit_on_error = on;
 -- A role that makes its own sessions another role, which cannot see its tasks.
 CREATE ROLE masked_as NOLOGIN;
 GRANT masked_as TO masked;
@@ -104,6 +110,22 @@ note("$n runs over $span s before the task was disabled");
 cmp_ok($span, '>=', 10, 'restarts backed off');
 is($node->safe_psql('postgres', q{SELECT count(*) FROM leader_election.task_runs
 	WHERE task_name = 'dies' AND status = 'running'}), '0', 'no run is left running');
+
+# --- a worker that dies of a shortage is restarted, never disabled ---
+# Another role can make any worker die that way (filling the lock table
+# between its restarts: out of shared memory, SQLSTATE 53200), so such
+# deaths do not count toward disabling the task (task_runner.h, "Worker
+# deaths"); the restarts still back off.  On the code before, the task was
+# disabled after its fifth death, and the sixth never came.
+my $log_at = -s $node->logfile;
+$node->safe_psql('postgres', q{SET ROLE short;
+	SELECT leader_election.register_task('starved', 'public.starved()', '1 second', '5 seconds')});
+ok(le_wait_until(sub {
+	slurp_file($node->logfile, $log_at) =~ /the worker of task "starved" exited on an error \(6 in a row\)/
+}, 120), 'a task whose worker dies of a shortage six times in a row is restarted each time');
+is($node->safe_psql('postgres', q{SELECT enabled FROM leader_election.tasks WHERE name = 'starved'}),
+	't', 'and stays enabled');
+$node->safe_psql('postgres', q{SET ROLE short; SELECT leader_election.unregister_task('starved')});
 
 # --- a worker killed during a run of a task that is then unregistered ---
 $node->safe_psql('postgres', q{SET ROLE app;

@@ -8,7 +8,8 @@
 # under its own launcher; the missing database and the one without the
 # extension are said once in the log and do not stop the others; the
 # workers share leader_election.max_task_workers; a launcher or a worker
-# ended with pg_terminate_backend comes back; a listed database dropped
+# ended with pg_terminate_backend comes back; a database that refuses
+# connections for a while keeps its tasks enabled; a listed database dropped
 # WITH (FORCE) leaves the other databases' tasks running and gives its
 # task worker slots back (the launcher of the dropped database frees them
 # while it waits to connect again); a bad list is
@@ -129,6 +130,23 @@ is(ticking_worker('db2', 'shared'), $w2, "db2's worker ran on undisturbed");
 $node->safe_psql('postgres', "SELECT pg_terminate_backend($w2)");
 my $w2b = ticking_worker('db2', 'shared', $w2);
 ok($w2b && $w2b ne $w2, "a terminated worker comes back (worker $w2b)");
+
+# A database that refuses connections for a while does not get its tasks
+# disabled: every restart of its worker dies connecting, which is not the
+# task's doing (task_runner.h, "Worker deaths"), and once the database takes
+# connections again the task runs on.  On the code before, the task was
+# disabled after the fifth death, and the sixth never came.
+$log_at = -s $node->logfile;
+$node->safe_psql('postgres', 'ALTER DATABASE db2 ALLOW_CONNECTIONS false');
+$node->safe_psql('postgres', "SELECT pg_terminate_backend($w2b)");
+ok(le_wait_until(sub {
+	slurp_file($node->logfile, $log_at) =~ /the worker of task "shared" exited on an error \(6 in a row\)/
+}, 120), "db2's worker died six times in a row while db2 refused connections");
+$node->safe_psql('postgres', 'ALTER DATABASE db2 ALLOW_CONNECTIONS true');
+is($node->safe_psql('db2', q{SELECT enabled FROM leader_election.tasks WHERE name = 'shared'}),
+	't', "db2's task is still enabled");
+$w2b = ticking_worker('db2', 'shared', $w2b);
+ok($w2b, "and runs again once db2 takes connections (worker $w2b)");
 
 # A listed database dropped: the others run on, the log says so.
 $log_at = -s $node->logfile;
