@@ -2008,30 +2008,38 @@ le_store_terms_relid(void)
 }
 
 /*
- * The counter must hand out every value from the sequence itself: with a
- * CACHE above 1 each backend draws from a block of its own, below values
- * other backends have already handed out, and a move (setval) leaves those
- * blocks behind it.  Checked before the draw and after it (nextval's lock on
- * the sequence has then taken in any ALTER SEQUENCE that committed, and
- * keeps a new one out until this transaction ends).  55000 either way.
+ * The counter must hand out every value from the sequence itself, in
+ * increasing order, once: with a CACHE above 1 each backend draws from a
+ * block of its own, below values other backends have already handed out
+ * (and a move, setval, leaves those blocks behind it); a negative INCREMENT
+ * goes down, and CYCLE starts again.  Checked before the draw and after it
+ * (nextval's lock on the sequence has then taken in any ALTER SEQUENCE that
+ * committed, and keeps a new one out until this transaction ends).  55000.
  */
 static void
-le_require_uncached_terms(Oid seq)
+le_require_plain_terms(Oid seq)
 {
 	HeapTuple	tup = SearchSysCache1(SEQRELID, ObjectIdGetDatum(seq));
+	Form_pg_sequence form;
 	int64		cache;
+	int64		increment;
+	bool		cycle;
 
 	if (!HeapTupleIsValid(tup))
 		elog(ERROR, "cache lookup failed for sequence %u", seq);
-	cache = ((Form_pg_sequence) GETSTRUCT(tup))->seqcache;
+	form = (Form_pg_sequence) GETSTRUCT(tup);
+	cache = form->seqcache;
+	increment = form->seqincrement;
+	cycle = form->seqcycle;
 	ReleaseSysCache(tup);
-	if (cache != 1)
+	if (cache != 1 || increment <= 0 || cycle)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("the term counter leader_election.terms caches %lld values per session",
-						(long long) cache),
-				 errdetail("Terms drawn from per-session caches would not follow the order in which they are handed out."),
-				 errhint("ALTER SEQUENCE leader_election.terms CACHE 1;")));
+				 errmsg("the term counter leader_election.terms must count up by itself, without CACHE or CYCLE"),
+				 errdetail("It has CACHE %lld, INCREMENT %lld, %s: terms drawn from it would not follow the order in which they are handed out, or would repeat.",
+						   (long long) cache, (long long) increment,
+						   cycle ? "CYCLE" : "NO CYCLE"),
+				 errhint("ALTER SEQUENCE leader_election.terms CACHE 1 INCREMENT BY 1 NO CYCLE;")));
 }
 
 /*
@@ -2047,13 +2055,13 @@ le_store_terms_next(void)
 	volatile int64 term = 0;
 
 	le_store_load_rels();
-	le_require_uncached_terms(le_rels.terms_seq);
+	le_require_plain_terms(le_rels.terms_seq);
 	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, 0, 0, LE_LOCKTAG_TERMS);
 	(void) LockAcquire(&tag, ShareLock, true, false);
 	PG_TRY();
 	{
 		term = nextval_internal(le_rels.terms_seq, false);
-		le_require_uncached_terms(le_rels.terms_seq);
+		le_require_plain_terms(le_rels.terms_seq);
 	}
 	PG_FINALLY();
 	{

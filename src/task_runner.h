@@ -98,11 +98,13 @@
  * told to stop) records its last error in its slot; the launcher restarts
  * the task after 1, 2, 4 ... 60 s and disables it, with the error as the
  * reason, after LE_TASK_MAX_DEATHS deaths in a row that blame the task.
- * A death does not blame the task when it came from outside it: before
- * the worker was connected to its database (one not accepting
- * connections), or on an error of a shortage (class 53: another role can
- * fill the lock table), an operator's action (57), the connection (08) or
- * the system (58).  Those are retried with the same backoff, never disabled.
+ * A death inside the task's run (its procedure) always does: the procedure
+ * chooses its own SQLSTATEs.  Outside the run it does not when it came from
+ * outside the task: before the worker was connected to its database (one
+ * not accepting connections), or on an error of a shortage (class 53:
+ * another role can fill the lock table), an operator's action (57), the
+ * connection (08) or the system (58).  Those are retried with the same
+ * backoff, never disabled.
  *
  * Locks.  The runner never waits behind another session's locks for long:
  * its writes to task rows skip rows locked by others (SKIP LOCKED), the

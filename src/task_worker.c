@@ -216,12 +216,19 @@ static char le_last_error[LE_TASK_ERROR_LEN];
 static bool le_last_error_blames_task = false;
 static bool le_worker_connected = false;
 
-/* task_runner.h, "Worker deaths": may this error be the task's doing? */
+/*
+ * task_runner.h, "Worker deaths": may this error be the task's doing?
+ * Inside the run always (the procedure chooses its SQLSTATEs); outside it,
+ * unless it is a shortage, an operator's action, the connection or the
+ * system, or came before the worker was connected.
+ */
 static bool
 le_error_blames_task(const ErrorData *edata)
 {
 	int			class = ERRCODE_TO_CATEGORY(edata->sqlerrcode);
 
+	if (le_worker_in_run)
+		return true;
 	return le_worker_connected &&
 		class != ERRCODE_INSUFFICIENT_RESOURCES &&
 		class != ERRCODE_OPERATOR_INTERVENTION &&

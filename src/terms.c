@@ -211,6 +211,11 @@ le_next_term(const char *name, int64 old_term)
 	{
 		le_store_advance_terms(floor);
 		term = le_store_terms_next();
+		if (term < floor)		/* the counter is plain (lease_store.c) */
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("the term counter leader_election.terms did not move past term " INT64_FORMAT " of lease \"%s\"",
+							floor - 1, name)));
 	}
 
 	/*

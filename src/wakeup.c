@@ -15,8 +15,12 @@
  * A waiter that finds the name's writer lock taken sleeps too: the lock is
  * given back either at the end of the transaction that took it (which
  * broadcasts, whatever it wrote: le_xact_took_writer) or, by a call that
- * wrote nothing, at once (le_writer_given_back broadcasts then, if a waiter
- * counted itself as having found the lock taken: le_writer_try_begin).
+ * wrote nothing, at once (le_writer_given_back), or by a subtransaction
+ * rolled back (the resource-release callback): those two wake only the
+ * waiters that counted themselves as having found a lock taken
+ * (le_writer_try_begin), which sleep on a condition variable of their own,
+ * so that waiters that take and give back their own names' locks do not
+ * wake each other.
  *
  * With the library in shared_preload_libraries, shared memory holds
  * LE_WAKE_SLOTS condition variables; a name maps to one slot by hash.  Two
@@ -65,10 +69,14 @@
 
 typedef struct LeWakeSlot
 {
-	ConditionVariable cv;
+	ConditionVariable cv;		/* every waiter of the slot's names */
 	pg_atomic_uint32 waiters;
-	pg_atomic_uint32 lock_waiters;	/* of those, found the writer lock taken */
 	pg_atomic_uint64 broadcasts;	/* advanced before every broadcast */
+	/* Waiters that found a writer lock taken sleep here instead. */
+	ConditionVariable lock_cv;
+	pg_atomic_uint32 lock_waiters;
+	pg_atomic_uint64 lock_broadcasts;	/* advanced before every broadcast
+										 * of lock_cv alone */
 } LeWakeSlot;
 
 typedef struct LeWakeShared
@@ -95,8 +103,9 @@ static List *le_touch_levels = NIL;
 /* The slot the current wait_for_leadership() sleeps on, or -1. */
 static int	le_waiting_slot = -1;
 
-/* That slot's broadcast count when the current attempt began. */
+/* That slot's broadcast counts when the current attempt began. */
 static uint64 le_waiting_seen = 0;
+static uint64 le_waiting_seen_lock = 0;
 
 /* Counted in that slot's lock_waiters (le_writer_try_begin). */
 static bool le_counted_lock_waiter = false;
@@ -115,6 +124,33 @@ le_set_bit(uint64 *bits, int slot)
 	bits[slot / 64] |= UINT64CONST(1) << (slot % 64);
 }
 
+/* Wake every waiter of the slot, those that found a lock taken too. */
+static void
+le_broadcast_slot(int slot)
+{
+	pg_atomic_fetch_add_u64(&le_wake->slots[slot].broadcasts, 1);
+	ConditionVariableBroadcast(&le_wake->slots[slot].cv);
+	ConditionVariableBroadcast(&le_wake->slots[slot].lock_cv);
+}
+
+/*
+ * Wake only the waiters of the slot that found a writer lock taken (if
+ * any): a writer lock given back frees no lease, and waking the others,
+ * each of which may take its own name's lock and give it back in turn (a
+ * barred or outranked waiter), would have them wake each other for ever.
+ */
+static void
+le_broadcast_lock_waiters(int slot)
+{
+	pg_memory_barrier();		/* the lock's release before the look */
+	if (pg_atomic_read_u32(&le_wake->slots[slot].lock_waiters) == 0)
+		return;
+	pg_atomic_fetch_add_u64(&le_wake->slots[slot].lock_broadcasts, 1);
+	if (slot == le_waiting_slot)
+		le_waiting_seen_lock++; /* not woken by its own broadcast */
+	ConditionVariableBroadcast(&le_wake->slots[slot].lock_cv);
+}
+
 static void
 le_broadcast_bits(uint64 *bits)
 {
@@ -126,10 +162,7 @@ le_broadcast_bits(uint64 *bits)
 
 			bits[w] &= ~(UINT64CONST(1) << b);
 			if (le_wake != NULL)
-			{
-				pg_atomic_fetch_add_u64(&le_wake->slots[w * 64 + b].broadcasts, 1);
-				ConditionVariableBroadcast(&le_wake->slots[w * 64 + b].cv);
-			}
+				le_broadcast_slot(w * 64 + b);
 		}
 	}
 }
@@ -153,6 +186,8 @@ le_wakeup_shmem_init(void)
 		for (int i = 0; i < LE_WAKE_SLOTS; i++)
 		{
 			ConditionVariableInit(&le_wake->slots[i].cv);
+			ConditionVariableInit(&le_wake->slots[i].lock_cv);
+			pg_atomic_init_u64(&le_wake->slots[i].lock_broadcasts, 0);
 			pg_atomic_init_u32(&le_wake->slots[i].waiters, 0);
 			pg_atomic_init_u32(&le_wake->slots[i].lock_waiters, 0);
 			pg_atomic_init_u64(&le_wake->slots[i].broadcasts, 0);
@@ -270,11 +305,37 @@ static void
 le_resource_release_callback(ResourceReleasePhase phase, bool isCommit,
 							 bool isTopLevel, void *arg)
 {
-	if (phase != RESOURCE_RELEASE_AFTER_LOCKS || !isTopLevel ||
-		!le_xact_any_slot)
+	if (phase != RESOURCE_RELEASE_AFTER_LOCKS || !le_xact_any_slot)
 		return;
-	le_xact_any_slot = false;
-	le_broadcast_bits(le_xact_slots);
+	if (isTopLevel)
+	{
+		le_xact_any_slot = false;
+		le_broadcast_bits(le_xact_slots);
+		return;
+	}
+
+	/*
+	 * A subtransaction rolled back (ROLLBACK TO SAVEPOINT, an exception
+	 * block, a waiter's own attempt) gave back the writer locks it took
+	 * without a word: wake the waiters that found one taken.  The slots are
+	 * those of the whole transaction so far (more than needed; only lock
+	 * waiters are woken), and stay marked for its end.
+	 */
+	if (!isCommit && le_wake != NULL)
+	{
+		for (int w = 0; w < LE_WAKE_SLOTS / 64; w++)
+		{
+			uint64		bits = le_xact_slots[w];
+
+			while (bits != 0)
+			{
+				int			b = pg_rightmost_one_pos64(bits);
+
+				bits &= ~(UINT64CONST(1) << b);
+				le_broadcast_lock_waiters(w * 64 + b);
+			}
+		}
+	}
 }
 
 void
@@ -312,7 +373,26 @@ le_wait_attempt(void)
 {
 	le_writer_try_end();
 	if (le_wake != NULL && le_waiting_slot >= 0)
+	{
 		le_waiting_seen = pg_atomic_read_u64(&le_wake->slots[le_waiting_slot].broadcasts);
+		le_waiting_seen_lock =
+			pg_atomic_read_u64(&le_wake->slots[le_waiting_slot].lock_broadcasts);
+	}
+}
+
+/*
+ * Was this waiter woken since its attempt began: by a broadcast to every
+ * waiter of its slot, or, if it found the writer lock taken, by one to
+ * those waiters?
+ */
+static bool
+le_woken(void)
+{
+	LeWakeSlot *slot = &le_wake->slots[le_waiting_slot];
+
+	return pg_atomic_read_u64(&slot->broadcasts) != le_waiting_seen ||
+		(le_counted_lock_waiter &&
+		 pg_atomic_read_u64(&slot->lock_broadcasts) != le_waiting_seen_lock);
 }
 
 /*
@@ -356,8 +436,7 @@ le_sleep_watching_client(long ms)
 	if (ev.events & WL_LATCH_SET)
 	{
 		ResetLatch(MyLatch);
-		if (pg_atomic_read_u64(&le_wake->slots[le_waiting_slot].broadcasts) !=
-			le_waiting_seen)
+		if (le_woken())
 			le_stats_count(LE_STAT_WAKEUPS);	/* by a broadcast */
 	}
 }
@@ -374,23 +453,24 @@ le_wait_sleep(TimestampTz until)
 
 	if (le_wake != NULL && le_waiting_slot >= 0)
 	{
+		LeWakeSlot *slot = &le_wake->slots[le_waiting_slot];
+		ConditionVariable *cv = le_counted_lock_waiter ? &slot->lock_cv : &slot->cv;
+
 		/*
 		 * Back on the condition variable's list: the attempt ran in a
 		 * subtransaction (lease.c), and rolling one back cancels a prepared
-		 * sleep.  A broadcast before this shows in the count below.
+		 * sleep.  A broadcast before this shows in the counts below.
 		 */
-		ConditionVariablePrepareToSleep(&le_wake->slots[le_waiting_slot].cv);
+		ConditionVariablePrepareToSleep(cv);
 		pg_memory_barrier();
-		if (pg_atomic_read_u64(&le_wake->slots[le_waiting_slot].broadcasts) !=
-			le_waiting_seen)
+		if (le_woken())
 		{
 			le_stats_count(LE_STAT_WAKEUPS);
 			return;				/* woken during the attempt: try again */
 		}
 		if (le_client_socket_watchable())
 			le_sleep_watching_client(Min(ms, LE_RECHECK_MS));
-		else if (!ConditionVariableTimedSleep(&le_wake->slots[le_waiting_slot].cv,
-											  Min(ms, LE_RECHECK_MS),
+		else if (!ConditionVariableTimedSleep(cv, Min(ms, LE_RECHECK_MS),
 											  le_wait_event_for_leadership()))
 			le_stats_count(LE_STAT_WAKEUPS);	/* by a broadcast */
 	}
@@ -426,8 +506,7 @@ le_wake_waiters_now(const char *name)
 	if (le_wake == NULL)
 		return;
 	slot = le_slot_of(name);
-	pg_atomic_fetch_add_u64(&le_wake->slots[slot].broadcasts, 1);
-	ConditionVariableBroadcast(&le_wake->slots[slot].cv);
+	le_broadcast_slot(slot);
 }
 
 /*
@@ -474,26 +553,14 @@ le_xact_took_writer(const char *name)
 /*
  * The writer lock of `name` was given back before the end of the
  * transaction, by a call that wrote nothing: wake the waiters that found it
- * taken, if any.  Only those: waking every waiter, each of which takes the
- * lock and gives it back in turn (a barred or outranked one), would have
- * them wake each other for ever.  If this backend waits on the same slot,
- * its own broadcast does not wake it.
+ * taken (le_broadcast_lock_waiters).
  */
 void
 le_writer_given_back(const char *name)
 {
-	int			slot;
-
 	if (le_wake == NULL)
 		return;
-	slot = le_slot_of(name);
-	pg_memory_barrier();		/* the release before the look at the count */
-	if (pg_atomic_read_u32(&le_wake->slots[slot].lock_waiters) == 0)
-		return;
-	pg_atomic_fetch_add_u64(&le_wake->slots[slot].broadcasts, 1);
-	if (slot == le_waiting_slot)
-		le_waiting_seen++;
-	ConditionVariableBroadcast(&le_wake->slots[slot].cv);
+	le_broadcast_lock_waiters(le_slot_of(name));
 }
 
 /*

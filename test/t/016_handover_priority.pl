@@ -217,6 +217,68 @@ sub handover_ms
 	le_quit($h, values %w);
 }
 
+# ---- a lease freed by ROLLBACK TO SAVEPOINT wakes its waiter at once ----
+# h's grant, in a savepoint of an open transaction, holds the name's writer
+# lock: the waiter finds it taken and sleeps.  Rolling the savepoint back
+# gives the lock back without any call of the extension; the waiter must be
+# woken then, not at its one-second safety re-check (as on the code of the
+# review's first fix, about 1 s).
+{
+	my $h = le_session($node);
+	$h->query_safe(q{BEGIN});
+	$h->query_safe(q{SAVEPOINT s});
+	is($h->query_safe(q{SELECT try_acquire_leader('sp', '1 hour', 'h')}), 't',
+		'sp: h acquires in a savepoint, uncommitted');
+	my $w = waiter('sp', 'w', 0);
+	$h->query_safe(q{ROLLBACK TO SAVEPOINT s});
+	my $rolled_back = $h->query_safe(q{SELECT clock_timestamp()});
+	is(wait_result($w), 't', 'sp: the waiter takes the name');
+	$latency{after_savepoint_rollback} = $node->safe_psql('postgres', qq{
+		SELECT round(extract(epoch FROM acquired_at - '$rolled_back'::timestamptz) * 1000, 1)
+		  FROM leader_election.history WHERE name = 'sp' AND holder = 'w'});
+	cmp_ok($latency{after_savepoint_rollback}, '<', 250, 'sp: at once');
+	$h->query_safe(q{COMMIT});
+	le_quit($h, $w);
+}
+
+# ---- waiters of names sharing a wakeup slot do not wake each other ----
+# Three names of one slot (the slot is a hash of the name and the
+# database): a and b are reserved (a hand-over to nobody), so their waiters
+# take each name's writer lock and give it back on every attempt; c's
+# writer lock is held by an open transaction, so c's waiter counts as one
+# that found a lock taken.  A lock given back must wake only such waiters:
+# on the code of the review's first fix, a's and b's waiters woke each
+# other through the slot in a loop (tens of thousands of attempts in 10 s).
+{
+	my @names = split /\n/, $node->safe_psql('postgres', q{
+		SELECT n FROM (SELECT 'slot' || g AS n FROM generate_series(1, 20000) AS g) AS c
+		 WHERE ((hashtext(n)::bigint & 4294967295) #
+		        (SELECT oid FROM pg_database WHERE datname = current_database())::bigint) % 1024 = 7
+		 ORDER BY n LIMIT 3});
+	is(scalar(@names), 3, "three names of one slot: @names");
+	my ($a, $b, $c) = @names;
+	$node->safe_psql('postgres', qq{
+		SELECT try_acquire_leader('$a', '1 hour', 'ha'), try_acquire_leader('$b', '1 hour', 'hb');
+		SELECT release_leader('$a', 'ha', 'nobody'), release_leader('$b', 'hb', 'nobody');});
+	my $hc = le_session($node);
+	$hc->query_safe(q{BEGIN});
+	is($hc->query_safe(qq{SELECT try_acquire_leader('$c', '1 hour', 'hc')}), 't',
+		'slot: c is taken in an open transaction');
+	my @w = (waiter($a, 'wa', 0), waiter($b, 'wb', 0), waiter($c, 'wc', 0));
+	my $tries = q{SELECT losing_tries FROM leader_election.stats
+		WHERE datid = (SELECT oid FROM pg_database WHERE datname = current_database())};
+	my $before = $node->safe_psql('postgres', $tries);
+	sleep(2);
+	my $attempts = $node->safe_psql('postgres', $tries) - $before;
+	cmp_ok($attempts, '<', 100, "slot: the three waiters made $attempts attempts in 2 s");
+	$hc->query_safe(q{ROLLBACK});
+	is(wait_result($w[2]), 't', 'slot: c\'s waiter takes c once the transaction ends');
+	# a's and b's waiters would wait out their reservations: end them.
+	$node->safe_psql('postgres',
+		"SELECT pg_terminate_backend(pid, 60000) FROM unnest(ARRAY[$w[0]->{le_pid}, $w[1]->{le_pid}]) AS pid");
+	le_quit($hc, @w);
+}
+
 # ---- a waiter whose client vanishes stops counting at once ----
 # The waiter's psql client is killed (SIGKILL: the socket closes, nothing is
 # sent).  Its backend must end (PostgreSQL's "connection to client lost")
