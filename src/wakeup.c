@@ -45,8 +45,6 @@
 
 #include "access/xact.h"
 #include "common/hashfn.h"
-#include "libpq/libpq.h"
-#include "libpq/libpq-be.h"
 #include "miscadmin.h"
 #include "nodes/pg_list.h"
 #include "pgstat.h"
@@ -62,6 +60,15 @@
 
 #include "compat.h"
 #include "leader_election.h"
+
+/*
+ * The client connection's wait set, as libpq/libpq.h declares it (15, 17
+ * and 18: the socket at position 0).  That header includes libpq-be.h,
+ * which needs the GSSAPI headers wherever PostgreSQL was built with GSSAPI,
+ * as Debian's packages are; these two lines need nothing.
+ */
+extern PGDLLIMPORT WaitEventSet *FeBeWaitSet;
+#define LE_FEBE_SOCKET_POS	0
 
 #define LE_WAKE_SLOTS		1024
 #define LE_POLL_MS			10		/* without shared memory */
@@ -420,7 +427,7 @@ le_sleep_watching_client(long ms)
 {
 	WaitEvent	ev;
 
-	ModifyWaitEvent(FeBeWaitSet, FeBeWaitSetSocketPos, WL_SOCKET_CLOSED, NULL);
+	ModifyWaitEvent(FeBeWaitSet, LE_FEBE_SOCKET_POS, WL_SOCKET_CLOSED, NULL);
 	if (WaitEventSetWait(FeBeWaitSet, ms, &ev, 1, le_wait_event_for_leadership()) == 0)
 		return;					/* timeout */
 	if (ev.events & WL_POSTMASTER_DEATH)
