@@ -103,8 +103,9 @@
  * outside the task: before the worker was connected to its database (one
  * not accepting connections), or on an error of a shortage (class 53:
  * another role can fill the lock table), an operator's action (57), the
- * connection (08) or the system (58).  Those are retried with the same
- * backoff, never disabled.
+ * connection (08) or the system (58), or LE001 (the runner's own commit
+ * came after its lease expired: it waited, say for an administrator's
+ * lock).  Those are retried with the same backoff, never disabled.
  *
  * Locks.  The runner never waits behind another session's locks for long:
  * its writes to task rows skip rows locked by others (SKIP LOCKED), the

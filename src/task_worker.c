@@ -220,7 +220,9 @@ static bool le_worker_connected = false;
  * task_runner.h, "Worker deaths": may this error be the task's doing?
  * Inside the run always (the procedure chooses its SQLSTATEs); outside it,
  * unless it is a shortage, an operator's action, the connection or the
- * system, or came before the worker was connected.
+ * system, a lease that expired before the runner's own commit (it waited,
+ * say for an administrator's lock), or came before the worker was
+ * connected.
  */
 static bool
 le_error_blames_task(const ErrorData *edata)
@@ -230,6 +232,9 @@ le_error_blames_task(const ErrorData *edata)
 	if (le_worker_in_run)
 		return true;
 	return le_worker_connected &&
+		edata->sqlerrcode != ERRCODE_LE_NOT_LEADER &&	/* a lease that ran out
+														 * while the runner's
+														 * own commit waited */
 		class != ERRCODE_INSUFFICIENT_RESOURCES &&
 		class != ERRCODE_OPERATOR_INTERVENTION &&
 		class != ERRCODE_CONNECTION_EXCEPTION &&

@@ -107,6 +107,17 @@ static bool le_exit_callback_registered = false;
  */
 static List *le_touch_levels = NIL;
 
+/*
+ * What a rolled-back subtransaction must wake: the slots of the names it
+ * wrote or fenced, or whose writer lock it still held (not given back
+ * early).  le_held: one entry per such name, level * LE_WAKE_SLOTS + slot,
+ * in TopTransactionContext; le_abort_slots: the slots of the entries of a
+ * subtransaction being rolled back, woken once its locks are gone.
+ */
+static List *le_held = NIL;
+static uint64 le_abort_slots[LE_WAKE_SLOTS / 64];
+static bool le_abort_any_slot = false;
+
 /* The slot the current wait_for_leadership() sleeps on, or -1. */
 static int	le_waiting_slot = -1;
 
@@ -203,16 +214,27 @@ le_wakeup_shmem_init(void)
 	LWLockRelease(AddinShmemInitLock);
 }
 
+static void
+le_hold(int slot)
+{
+	MemoryContext old = MemoryContextSwitchTo(TopTransactionContext);
+
+	le_held = lappend_int(le_held, GetCurrentTransactionNestLevel() * LE_WAKE_SLOTS + slot);
+	MemoryContextSwitchTo(old);
+}
+
 /* This transaction wrote or fenced the lease `name`. */
 void
 le_xact_touched(const char *name)
 {
 	MemoryContext old = MemoryContextSwitchTo(TopTransactionContext);
+	int			slot = le_slot_of(name);
 
 	le_touch_levels = lappend_int(le_touch_levels,
 								  GetCurrentTransactionNestLevel());
 	MemoryContextSwitchTo(old);
-	le_set_bit(le_xact_slots, le_slot_of(name));
+	le_hold(slot);
+	le_set_bit(le_xact_slots, slot);
 	le_xact_any_slot = true;
 }
 
@@ -277,6 +299,7 @@ le_xact_callback(XactEvent event, void *arg)
 		case XACT_EVENT_PARALLEL_ABORT:
 		case XACT_EVENT_PREPARE:
 			le_touch_levels = NIL;	/* freed with TopTransactionContext */
+			le_held = NIL;
 			break;
 		default:
 			break;
@@ -297,6 +320,15 @@ le_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 			if (lfirst_int(lc) >= level)
 				le_touch_levels = foreach_delete_current(le_touch_levels, lc);
 		}
+		foreach(lc, le_held)
+		{
+			if (lfirst_int(lc) / LE_WAKE_SLOTS >= level)
+			{
+				le_set_bit(le_abort_slots, lfirst_int(lc) % LE_WAKE_SLOTS);
+				le_abort_any_slot = true;
+				le_held = foreach_delete_current(le_held, lc);
+			}
+		}
 	}
 	else if (event == SUBXACT_EVENT_COMMIT_SUB)
 	{
@@ -305,6 +337,11 @@ le_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 			if (lfirst_int(lc) >= level)
 				lfirst_int(lc) = level - 1;
 		}
+		foreach(lc, le_held)
+		{
+			if (lfirst_int(lc) / LE_WAKE_SLOTS >= level)
+				lfirst_int(lc) = (level - 1) * LE_WAKE_SLOTS + lfirst_int(lc) % LE_WAKE_SLOTS;
+		}
 	}
 }
 
@@ -312,10 +349,17 @@ static void
 le_resource_release_callback(ResourceReleasePhase phase, bool isCommit,
 							 bool isTopLevel, void *arg)
 {
-	if (phase != RESOURCE_RELEASE_AFTER_LOCKS || !le_xact_any_slot)
+	if (phase != RESOURCE_RELEASE_AFTER_LOCKS)
 		return;
 	if (isTopLevel)
 	{
+		if (le_abort_any_slot)
+		{
+			le_abort_any_slot = false;
+			memset(le_abort_slots, 0, sizeof(le_abort_slots));
+		}
+		if (!le_xact_any_slot)
+			return;
 		le_xact_any_slot = false;
 		le_broadcast_bits(le_xact_slots);
 		return;
@@ -323,25 +367,15 @@ le_resource_release_callback(ResourceReleasePhase phase, bool isCommit,
 
 	/*
 	 * A subtransaction rolled back (ROLLBACK TO SAVEPOINT, an exception
-	 * block, a waiter's own attempt) gave back the writer locks it took
-	 * without a word: wake the waiters that found one taken.  The slots are
-	 * those of the whole transaction so far (more than needed; only lock
-	 * waiters are woken), and stay marked for its end.
+	 * block) gave up, without a word, what it wrote or fenced and the writer
+	 * locks it still held: wake those names' waiters, now that its locks
+	 * are gone.  (A waiter's own attempt gives back the lock it took before
+	 * its subtransaction rolls back, and has nothing here.)
 	 */
-	if (!isCommit && le_wake != NULL)
+	if (le_abort_any_slot)
 	{
-		for (int w = 0; w < LE_WAKE_SLOTS / 64; w++)
-		{
-			uint64		bits = le_xact_slots[w];
-
-			while (bits != 0)
-			{
-				int			b = pg_rightmost_one_pos64(bits);
-
-				bits &= ~(UINT64CONST(1) << b);
-				le_broadcast_lock_waiters(w * 64 + b);
-			}
-		}
+		le_abort_any_slot = false;
+		le_broadcast_bits(le_abort_slots);
 	}
 }
 
@@ -417,18 +451,27 @@ le_client_socket_watchable(void)
 }
 
 /*
- * Sleep at most ms on the latch, which a broadcast on our slot sets (we are
- * on its condition variable's list), or until the client's socket closes:
- * then end the session as client_connection_check_interval would.  The
- * caller has checked the broadcast count; it checks interrupts next.
+ * Sleep at most ms on the latch, which a broadcast on cv sets (we are on its
+ * list), or until the client's socket closes: then end the session as
+ * client_connection_check_interval would.  The caller has checked the
+ * broadcast counts; it checks interrupts next.
+ *
+ * Woken or not, the backend is back on cv's list when this returns, as
+ * after ConditionVariableTimedSleep: a backend signalled and left off the
+ * list passes a signal on to another waiter when its sleep is cancelled
+ * (each attempt's subtransaction rollback cancels it), which passes it on
+ * in turn, for ever.  A timed sleep of 0 puts it back, silently.
  */
 static void
-le_sleep_watching_client(long ms)
+le_sleep_watching_client(ConditionVariable *cv, long ms)
 {
 	WaitEvent	ev;
+	int			n;
 
 	ModifyWaitEvent(FeBeWaitSet, LE_FEBE_SOCKET_POS, WL_SOCKET_CLOSED, NULL);
-	if (WaitEventSetWait(FeBeWaitSet, ms, &ev, 1, le_wait_event_for_leadership()) == 0)
+	n = WaitEventSetWait(FeBeWaitSet, ms, &ev, 1, le_wait_event_for_leadership());
+	(void) ConditionVariableTimedSleep(cv, 0, le_wait_event_for_leadership());
+	if (n == 0)
 		return;					/* timeout */
 	if (ev.events & WL_POSTMASTER_DEATH)
 		ereport(FATAL,
@@ -476,7 +519,7 @@ le_wait_sleep(TimestampTz until)
 			return;				/* woken during the attempt: try again */
 		}
 		if (le_client_socket_watchable())
-			le_sleep_watching_client(Min(ms, LE_RECHECK_MS));
+			le_sleep_watching_client(cv, Min(ms, LE_RECHECK_MS));
 		else if (!ConditionVariableTimedSleep(cv, Min(ms, LE_RECHECK_MS),
 											  le_wait_event_for_leadership()))
 			le_stats_count(LE_STAT_WAKEUPS);	/* by a broadcast */
@@ -551,9 +594,13 @@ le_writer_try_end(void)
 void
 le_xact_took_writer(const char *name)
 {
+	int			slot;
+
 	if (le_wake == NULL)
 		return;
-	le_set_bit(le_xact_slots, le_slot_of(name));
+	slot = le_slot_of(name);
+	le_hold(slot);
+	le_set_bit(le_xact_slots, slot);
 	le_xact_any_slot = true;
 }
 
@@ -565,8 +612,20 @@ le_xact_took_writer(const char *name)
 void
 le_writer_given_back(const char *name)
 {
+	int			entry;
+
 	if (le_wake == NULL)
 		return;
+	/* The lock le_xact_took_writer noted last for this name is gone. */
+	entry = GetCurrentTransactionNestLevel() * LE_WAKE_SLOTS + le_slot_of(name);
+	for (int i = list_length(le_held) - 1; i >= 0; i--)
+	{
+		if (list_nth_int(le_held, i) == entry)
+		{
+			le_held = list_delete_nth_cell(le_held, i);
+			break;
+		}
+	}
 	le_broadcast_lock_waiters(le_slot_of(name));
 }
 

@@ -279,6 +279,85 @@ sub handover_ms
 	le_quit($hc, @w);
 }
 
+# ---- one wake-up does not set the waiters waking each other ----
+# Sixteen waiters of one name, the lease held: one renewal by the holder
+# wakes them all (its transaction took the name's writer lock).  Each then
+# tries once and sleeps again.  On the code of the second review's fixes,
+# a waiter woken while it watched its client's socket was left off the
+# condition variable's list, and cancelling its sleep (each attempt's
+# subtransaction rollback does) passed the signal on to the next waiter,
+# which passed it on again: 645,080 attempts in 3 s, 100 % CPU.
+# Then two waiters that find writer locks taken (an open transaction
+# holds the locks of both names, which share a slot and are reserved):
+# each attempt's rollback woke the other, about 40,000 times a second.
+{
+	my $h = le_session($node);
+	is($h->query_safe(q{SELECT try_acquire_leader('relay', '1 hour', 'h')}), 't',
+		'relay: h holds it');
+	my @w = map { waiter('relay', "w$_", $_) } 1 .. 16;
+	my $tries = q{SELECT losing_tries FROM leader_election.stats
+		WHERE datid = (SELECT oid FROM pg_database WHERE datname = current_database())};
+	is($h->query_safe(q{SELECT try_acquire_leader('relay', '1 hour', 'h')}), 't',
+		'relay: h renews, which wakes the waiters');
+	my $before = $node->safe_psql('postgres', $tries);
+	sleep(2);
+	my $attempts = $node->safe_psql('postgres', $tries) - $before;
+	cmp_ok($attempts, '<', 100, "relay: 16 waiters made $attempts attempts in the 2 s after");
+	$node->safe_psql('postgres',
+		'SELECT pg_terminate_backend(pid, 60000) FROM unnest(ARRAY['
+		  . join(',', map { $_->{le_pid} } @w) . ']) AS pid');
+	le_quit($h, @w);
+
+	my @names = split /\n/, $node->safe_psql('postgres', q{
+		SELECT n FROM (SELECT 'pair' || g AS n FROM generate_series(1, 20000) AS g) AS c
+		 WHERE ((hashtext(n)::bigint & 4294967295) #
+		        (SELECT oid FROM pg_database WHERE datname = current_database())::bigint) % 1024 = 9
+		 ORDER BY n LIMIT 2});
+	my ($x, $y) = @names;
+	$node->safe_psql('postgres', qq{
+		SELECT try_acquire_leader('$x', '1 hour', 'h'), try_acquire_leader('$y', '1 hour', 'h');
+		SELECT release_leader('$x', 'h', 'nobody'), release_leader('$y', 'h', 'nobody');});
+	my @v = (waiter($x, 'vx', 0), waiter($y, 'vy', 0));
+	my $t = le_session($node);
+	$t->query_safe(q{BEGIN});
+	is($t->query_safe(qq{SELECT try_acquire_leader('$x', '1 hour', 'nobody')::text
+		|| try_acquire_leader('$y', '1 hour', 'nobody')::text}), 'truetrue',
+		'pair: an open transaction takes both reserved names');
+	$before = $node->safe_psql('postgres', $tries);
+	sleep(2);
+	$attempts = $node->safe_psql('postgres', $tries) - $before;
+	cmp_ok($attempts, '<', 100, "pair: the two waiters made $attempts attempts in 2 s");
+	$t->query_safe(q{ROLLBACK});
+	$node->safe_psql('postgres',
+		"SELECT pg_terminate_backend(pid, 60000) FROM unnest(ARRAY[$v[0]->{le_pid}, $v[1]->{le_pid}]) AS pid");
+	le_quit($t, @v);
+}
+
+# ---- a fence given up by ROLLBACK TO SAVEPOINT wakes the waiter ----
+# h fences its lease in a savepoint and the lease expires meanwhile; the
+# waiter finds the row fenced and sleeps.  Rolling back to the savepoint
+# gives the fence up: the waiter must be woken then (on the code of the
+# second review's fixes it waited for its one-second re-check).
+{
+	my $h = le_session($node);
+	is($h->query_safe(q{SELECT try_acquire_leader('fx', '200ms', 'h')}), 't', 'fx: h acquires (200 ms)');
+	$h->query_safe(q{BEGIN});
+	$h->query_safe(q{SAVEPOINT s});
+	ok($h->query_safe(q{SELECT assert_leader('fx', NULL, 'h')}) > 0, 'fx: h fences it in a savepoint');
+	ok(le_poll($node, q{SELECT expires_at < clock_timestamp() FROM leader_election.leases WHERE name = 'fx'}),
+		'fx: the lease has expired under the fence');
+	my $w = waiter('fx', 'w', 0);
+	$h->query_safe(q{ROLLBACK TO SAVEPOINT s});
+	my $given_up = $h->query_safe(q{SELECT clock_timestamp()});
+	is(wait_result($w), 't', 'fx: the waiter takes it');
+	$latency{after_fence_rollback} = $node->safe_psql('postgres', qq{
+		SELECT round(extract(epoch FROM acquired_at - '$given_up'::timestamptz) * 1000, 1)
+		  FROM leader_election.history WHERE name = 'fx' AND holder = 'w'});
+	cmp_ok($latency{after_fence_rollback}, '<', 250, 'fx: at once');
+	$h->query_safe(q{COMMIT});
+	le_quit($h, $w);
+}
+
 # ---- a waiter whose client vanishes stops counting at once ----
 # The waiter's psql client is killed (SIGKILL: the socket closes, nothing is
 # sent).  Its backend must end (PostgreSQL's "connection to client lost")
