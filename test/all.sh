@@ -96,7 +96,7 @@ if [ "${LE_ALL_MAJOR_RUN:-0}" != 1 ]; then
         set +e
         LE_ALL_MAJOR_RUN=1 LE_PACKAGES_DONE=1 LE_PG_MAJOR=$m LE_PG_BIN=$bin bash "$0" 2>&1 | tee "$log"
         set -e
-        line=$(grep -E '^suites: [0-9]+ passed, [0-9]+ failed$' "$log" | tail -1)
+        line=$(grep -E '^suites: [0-9]+ passed, [0-9]+ failed$' "$log" | tail -1) || line=
         if [ "$bin" = "/usr/lib/postgresql/$m/bin" ]; then
             source_="Debian 12's package"
         elif [ -f "${bin%/bin}/.complete" ]; then
