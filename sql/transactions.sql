@@ -130,6 +130,22 @@ SELECT try_acquire_leader('prep-sp', '1 minute', 'h') AS acquired;
 RELEASE SAVEPOINT s;
 PREPARE TRANSACTION 'le_regress_released_sp';
 :show_sqlstate
+-- fenced in nested savepoints that were released, then a later savepoint
+-- rolled back: the fence still belongs to the transaction
+BEGIN;
+SAVEPOINT a;
+SAVEPOINT b;
+SELECT assert_leader('prep', NULL, 'h') > 0 AS fenced;
+RELEASE SAVEPOINT b;
+RELEASE SAVEPOINT a;
+SAVEPOINT c;
+SAVEPOINT d;
+ROLLBACK TO SAVEPOINT c;
+PREPARE TRANSACTION 'le_regress_nested_sp';
+:show_sqlstate
+-- (had it been prepared, its lock would stall the rest of this file)
+SELECT format('ROLLBACK PREPARED %L', gid) FROM pg_prepared_xacts
+ WHERE gid = 'le_regress_nested_sp' \gexec
 SELECT count(*) AS prepared FROM pg_prepared_xacts WHERE gid LIKE 'le_regress%';
 SELECT name FROM leader_election.leases WHERE name LIKE 'prep%' ORDER BY name;
 

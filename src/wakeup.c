@@ -306,42 +306,49 @@ le_xact_callback(XactEvent event, void *arg)
 	}
 }
 
+/*
+ * le_touch_levels and le_held are in nondecreasing order of nesting level:
+ * an entry is appended at the current level, which no entry exceeds (a
+ * subtransaction's end relabels or drops its entries), and a commit lowers
+ * only the entries of the top level.  So a subtransaction's entries are a
+ * suffix, and its end walks only that suffix (a transaction fencing in
+ * thousands of exception blocks stays linear).
+ */
+static int
+le_suffix_start(List *entries, int level, int divisor)
+{
+	int			n = list_length(entries);
+
+	while (n > 0 && list_nth_int(entries, n - 1) / divisor >= level)
+		n--;
+	return n;
+}
+
 static void
 le_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 					SubTransactionId parentSubid, void *arg)
 {
 	int			level = GetCurrentTransactionNestLevel();
-	ListCell   *lc;
+	int			touched = le_suffix_start(le_touch_levels, level, 1);
+	int			held = le_suffix_start(le_held, level, LE_WAKE_SLOTS);
 
 	if (event == SUBXACT_EVENT_ABORT_SUB)
 	{
-		foreach(lc, le_touch_levels)
+		for (int i = held; i < list_length(le_held); i++)
 		{
-			if (lfirst_int(lc) >= level)
-				le_touch_levels = foreach_delete_current(le_touch_levels, lc);
+			le_set_bit(le_abort_slots, list_nth_int(le_held, i) % LE_WAKE_SLOTS);
+			le_abort_any_slot = true;
 		}
-		foreach(lc, le_held)
-		{
-			if (lfirst_int(lc) / LE_WAKE_SLOTS >= level)
-			{
-				le_set_bit(le_abort_slots, lfirst_int(lc) % LE_WAKE_SLOTS);
-				le_abort_any_slot = true;
-				le_held = foreach_delete_current(le_held, lc);
-			}
-		}
+		le_touch_levels = list_truncate(le_touch_levels, touched);
+		le_held = list_truncate(le_held, held);
 	}
 	else if (event == SUBXACT_EVENT_COMMIT_SUB)
 	{
-		foreach(lc, le_touch_levels)
-		{
-			if (lfirst_int(lc) >= level)
-				lfirst_int(lc) = level - 1;
-		}
-		foreach(lc, le_held)
-		{
-			if (lfirst_int(lc) / LE_WAKE_SLOTS >= level)
-				lfirst_int(lc) = (level - 1) * LE_WAKE_SLOTS + lfirst_int(lc) % LE_WAKE_SLOTS;
-		}
+		for (int i = touched; i < list_length(le_touch_levels); i++)
+			lfirst_int(list_nth_cell(le_touch_levels, i)) = level - 1;
+		for (int i = held; i < list_length(le_held); i++)
+			lfirst_int(list_nth_cell(le_held, i)) =
+				(level - 1) * LE_WAKE_SLOTS + list_nth_int(le_held, i) % LE_WAKE_SLOTS;
 	}
 }
 
