@@ -44,6 +44,12 @@ le_install_packages() {
         le_sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
     fi
     # Debian starts a cluster on 5432 when it installs the server; we never use it.
+    # The test servers listen on 127.0.0.1, and a fresh network namespace
+    # has its loopback interface down.
+    if command -v ip >/dev/null && ! ip -br link show lo 2>/dev/null | grep -q ',UP'; then
+        le_say "bringing the loopback interface up"
+        le_sudo ip link set lo up || true
+    fi
 }
 
 # le_build_install DIR: build the tree in DIR (as the owner of DIR) against
