@@ -308,7 +308,6 @@ extern void le_wait_end(void);
 extern int32 le_waiting_candidates(const char *name);
 extern void le_wake_waiters_now(const char *name);
 extern void le_xact_took_writer(const char *name);
-extern void le_xact_locked_row(const char *name);
 extern void le_writer_try_begin(const char *name);
 extern void le_writer_try_end(void);
 extern void le_writer_given_back(const char *name);

@@ -807,13 +807,6 @@ assert_leader(PG_FUNCTION_ARGS)
 	le_check_owner(name, &row);
 
 	lock = le_store_lock_row(name, false, NULL);
-	/*
-	 * A takeover may find the row locked from here on, and sleep: however
-	 * this call ends (refused, the lock going with the rollback), its end
-	 * must wake the name's waiters.
-	 */
-	if (lock == LE_ROW_LOCKED)
-		le_xact_locked_row(name);
 	/* Decide on the latest version: the lock covers it (I5, I6). */
 	le_store_read(name, &row);
 	le_check_owner(name, &row);

@@ -223,30 +223,19 @@ le_hold(int slot)
 	MemoryContextSwitchTo(old);
 }
 
-/* However this (sub)transaction ends, its end wakes the waiters of name's slot. */
-static void
-le_wake_at_xact_end(const char *name)
-{
-	int			slot;
-
-	if (le_wake == NULL)
-		return;
-	slot = le_slot_of(name);
-	le_hold(slot);
-	le_set_bit(le_xact_slots, slot);
-	le_xact_any_slot = true;
-}
-
 /* This transaction wrote or fenced the lease `name`. */
 void
 le_xact_touched(const char *name)
 {
 	MemoryContext old = MemoryContextSwitchTo(TopTransactionContext);
+	int			slot = le_slot_of(name);
 
 	le_touch_levels = lappend_int(le_touch_levels,
 								  GetCurrentTransactionNestLevel());
 	MemoryContextSwitchTo(old);
-	le_wake_at_xact_end(name);
+	le_hold(slot);
+	le_set_bit(le_xact_slots, slot);
+	le_xact_any_slot = true;
 }
 
 /* Has this transaction written or fenced a lease (not rolled back)? */
@@ -612,19 +601,14 @@ le_writer_try_end(void)
 void
 le_xact_took_writer(const char *name)
 {
-	le_wake_at_xact_end(name);
-}
+	int			slot;
 
-/*
- * This transaction locked the row of `name` against takeovers (a fence,
- * which may yet be refused): a takeover may have found the row locked, so
- * its end wakes the name's waiters, as for a write.  Unlike
- * le_xact_touched, it does not count as having touched the lease.
- */
-void
-le_xact_locked_row(const char *name)
-{
-	le_wake_at_xact_end(name);
+	if (le_wake == NULL)
+		return;
+	slot = le_slot_of(name);
+	le_hold(slot);
+	le_set_bit(le_xact_slots, slot);
+	le_xact_any_slot = true;
 }
 
 /*
