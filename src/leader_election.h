@@ -310,10 +310,6 @@ extern void le_wake_waiters_now(const char *name);
 extern void le_xact_took_writer(const char *name);
 extern void le_writer_try_begin(const char *name);
 extern void le_writer_try_end(void);
-extern void le_row_try_begin(const char *name);
-extern void le_row_try_end(void);
-extern void le_fence_begin(const char *name);
-extern void le_fence_done(void);
 extern void le_writer_given_back(const char *name);
 
 /*

@@ -496,13 +496,11 @@ le_try_acquire_from(const char *name, int64 ttl_usecs, const LeIdentity *who,
 	 * made without the writer lock (a superuser's UPDATE) may have landed
 	 * between the read above and the lock.
 	 */
-	le_row_try_begin(name);
 	if (le_store_lock_row(name, true, &locked) != LE_ROW_LOCKED)
 	{
 		le_unlock_writer(name);
 		return false;
 	}
-	le_row_try_end();
 	now = GetCurrentTimestamp();
 	if (!locked.found || locked.term != row.term || locked.owner != row.owner ||
 		le_is_mine(&locked, who) || le_lease_valid(&locked, now))
@@ -808,7 +806,6 @@ assert_leader(PG_FUNCTION_ARGS)
 	le_store_read(name, &row);
 	le_check_owner(name, &row);
 
-	le_fence_begin(name);
 	lock = le_store_lock_row(name, false, NULL);
 	/* Decide on the latest version: the lock covers it (I5, I6). */
 	le_store_read(name, &row);
@@ -849,7 +846,6 @@ assert_leader(PG_FUNCTION_ARGS)
 				 errdetail("The current term is " INT64_FORMAT ".", row.term)));
 	}
 	le_xact_touched(name);
-	le_fence_done();
 	PG_RETURN_INT64(row.term);
 }
 

@@ -22,14 +22,6 @@
  * so that waiters that take and give back their own names' locks do not
  * wake each other.
  *
- * Likewise a takeover that finds the lease row locked by a fence: a fence
- * that holds is ended with its transaction (a broadcast, as for a write);
- * one that is refused gives the lock back with the rollback of its own
- * nesting level, which wakes only the waiters that counted themselves as
- * having found the row locked (le_row_try_begin, le_fence_begin), on a
- * third condition variable: a client fencing in a loop, refused each time,
- * must not wake every waiter at every refusal.
- *
  * With the library in shared_preload_libraries, shared memory holds
  * LE_WAKE_SLOTS condition variables; a name maps to one slot by hash.  Two
  * names sharing a slot only cause spurious wakeups, which the waiter's loop
@@ -92,11 +84,6 @@ typedef struct LeWakeSlot
 	pg_atomic_uint32 lock_waiters;
 	pg_atomic_uint64 lock_broadcasts;	/* advanced before every broadcast
 										 * of lock_cv alone */
-	/* Takeovers that found the lease row locked sleep here instead. */
-	ConditionVariable row_cv;
-	pg_atomic_uint32 row_waiters;
-	pg_atomic_uint64 row_broadcasts;	/* advanced before every broadcast
-										 * of row_cv alone */
 } LeWakeSlot;
 
 typedef struct LeWakeShared
@@ -141,17 +128,6 @@ static uint64 le_waiting_seen_lock = 0;
 /* Counted in that slot's lock_waiters (le_writer_try_begin). */
 static bool le_counted_lock_waiter = false;
 
-/* Counted in that slot's row_waiters (le_row_try_begin). */
-static bool le_counted_row_waiter = false;
-static uint64 le_waiting_seen_row = 0;
-
-/*
- * A fence under way (le_fence_begin): the slot whose row waiters the
- * rollback of nesting level le_fence_level must wake, or -1.
- */
-static int	le_fence_slot = -1;
-static int	le_fence_level = 0;
-
 static int
 le_slot_of(const char *name)
 {
@@ -173,7 +149,6 @@ le_broadcast_slot(int slot)
 	pg_atomic_fetch_add_u64(&le_wake->slots[slot].broadcasts, 1);
 	ConditionVariableBroadcast(&le_wake->slots[slot].cv);
 	ConditionVariableBroadcast(&le_wake->slots[slot].lock_cv);
-	ConditionVariableBroadcast(&le_wake->slots[slot].row_cv);
 }
 
 /*
@@ -192,22 +167,6 @@ le_broadcast_lock_waiters(int slot)
 	if (slot == le_waiting_slot)
 		le_waiting_seen_lock++; /* not woken by its own broadcast */
 	ConditionVariableBroadcast(&le_wake->slots[slot].lock_cv);
-}
-
-/*
- * Wake only the waiters of the slot whose takeover found the lease row
- * locked (if any): a fence that was refused gives its row lock back
- * without changing the lease, and waking every waiter at each refusal (a
- * stale client fencing in a loop) would keep them all busy for nothing.
- */
-static void
-le_broadcast_row_waiters(int slot)
-{
-	pg_memory_barrier();		/* the lock's release before the look */
-	if (pg_atomic_read_u32(&le_wake->slots[slot].row_waiters) == 0)
-		return;
-	pg_atomic_fetch_add_u64(&le_wake->slots[slot].row_broadcasts, 1);
-	ConditionVariableBroadcast(&le_wake->slots[slot].row_cv);
 }
 
 static void
@@ -246,9 +205,6 @@ le_wakeup_shmem_init(void)
 		{
 			ConditionVariableInit(&le_wake->slots[i].cv);
 			ConditionVariableInit(&le_wake->slots[i].lock_cv);
-			ConditionVariableInit(&le_wake->slots[i].row_cv);
-			pg_atomic_init_u32(&le_wake->slots[i].row_waiters, 0);
-			pg_atomic_init_u64(&le_wake->slots[i].row_broadcasts, 0);
 			pg_atomic_init_u64(&le_wake->slots[i].lock_broadcasts, 0);
 			pg_atomic_init_u32(&le_wake->slots[i].waiters, 0);
 			pg_atomic_init_u32(&le_wake->slots[i].lock_waiters, 0);
@@ -402,20 +358,6 @@ le_resource_release_callback(ResourceReleasePhase phase, bool isCommit,
 {
 	if (phase != RESOURCE_RELEASE_AFTER_LOCKS)
 		return;
-
-	/*
-	 * A fence was refused (or interrupted) after it may have locked the
-	 * row, and this rollback of its level gave the lock back: wake the
-	 * takeovers that found the row locked.
-	 */
-	if (le_fence_slot >= 0 &&
-		(isTopLevel || le_fence_level >= GetCurrentTransactionNestLevel()))
-	{
-		if (!isCommit && le_wake != NULL)
-			le_broadcast_row_waiters(le_fence_slot);
-		le_fence_slot = -1;
-	}
-
 	if (isTopLevel)
 	{
 		if (le_abort_any_slot)
@@ -478,21 +420,18 @@ void
 le_wait_attempt(void)
 {
 	le_writer_try_end();
-	le_row_try_end();
 	if (le_wake != NULL && le_waiting_slot >= 0)
 	{
 		le_waiting_seen = pg_atomic_read_u64(&le_wake->slots[le_waiting_slot].broadcasts);
 		le_waiting_seen_lock =
 			pg_atomic_read_u64(&le_wake->slots[le_waiting_slot].lock_broadcasts);
-		le_waiting_seen_row =
-			pg_atomic_read_u64(&le_wake->slots[le_waiting_slot].row_broadcasts);
 	}
 }
 
 /*
  * Was this waiter woken since its attempt began: by a broadcast to every
- * waiter of its slot, or, if it found the writer lock taken or the row
- * locked, by one to those waiters?
+ * waiter of its slot, or, if it found the writer lock taken, by one to
+ * those waiters?
  */
 static bool
 le_woken(void)
@@ -501,9 +440,7 @@ le_woken(void)
 
 	return pg_atomic_read_u64(&slot->broadcasts) != le_waiting_seen ||
 		(le_counted_lock_waiter &&
-		 pg_atomic_read_u64(&slot->lock_broadcasts) != le_waiting_seen_lock) ||
-		(le_counted_row_waiter &&
-		 pg_atomic_read_u64(&slot->row_broadcasts) != le_waiting_seen_row);
+		 pg_atomic_read_u64(&slot->lock_broadcasts) != le_waiting_seen_lock);
 }
 
 /*
@@ -574,8 +511,7 @@ le_wait_sleep(TimestampTz until)
 	if (le_wake != NULL && le_waiting_slot >= 0)
 	{
 		LeWakeSlot *slot = &le_wake->slots[le_waiting_slot];
-		ConditionVariable *cv = le_counted_lock_waiter ? &slot->lock_cv :
-			le_counted_row_waiter ? &slot->row_cv : &slot->cv;
+		ConditionVariable *cv = le_counted_lock_waiter ? &slot->lock_cv : &slot->cv;
 
 		/*
 		 * Back on the condition variable's list: the attempt ran in a
@@ -609,7 +545,6 @@ le_wait_end(void)
 	if (le_wake == NULL || le_waiting_slot < 0)
 		return;
 	le_writer_try_end();
-	le_row_try_end();
 	ConditionVariableCancelSleep();
 	pg_atomic_fetch_sub_u32(&le_wake->slots[le_waiting_slot].waiters, 1);
 	le_waiting_slot = -1;
@@ -656,54 +591,6 @@ le_writer_try_end(void)
 		return;
 	pg_atomic_fetch_sub_u32(&le_wake->slots[le_waiting_slot].lock_waiters, 1);
 	le_counted_lock_waiter = false;
-}
-
-/*
- * The same for a waiter's takeover about to lock the lease row without
- * waiting (a fence may hold it): counted in row_waiters until its next
- * attempt or the end of its wait, so that the rollback of a refused fence
- * (le_fence_begin) sees it and wakes it.  The row lock's check of the
- * locker's transaction and that transaction's end both go through the
- * process array's lock, which orders the count and the look.
- */
-void
-le_row_try_begin(const char *name)
-{
-	if (le_wake == NULL || le_waiting_slot < 0 || le_counted_row_waiter ||
-		le_slot_of(name) != le_waiting_slot)
-		return;
-	pg_atomic_fetch_add_u32(&le_wake->slots[le_waiting_slot].row_waiters, 1);
-	le_counted_row_waiter = true;
-}
-
-void
-le_row_try_end(void)
-{
-	if (!le_counted_row_waiter)
-		return;
-	pg_atomic_fetch_sub_u32(&le_wake->slots[le_waiting_slot].row_waiters, 1);
-	le_counted_row_waiter = false;
-}
-
-/*
- * assert_leader is about to lock the row of `name`, and may then be
- * refused (or interrupted): the rollback of this nesting level must wake
- * the takeovers that found the row locked meanwhile.  A fence that holds
- * is recorded by le_xact_touched instead (le_fence_done).
- */
-void
-le_fence_begin(const char *name)
-{
-	if (le_wake == NULL)
-		return;
-	le_fence_slot = le_slot_of(name);
-	le_fence_level = GetCurrentTransactionNestLevel();
-}
-
-void
-le_fence_done(void)
-{
-	le_fence_slot = -1;
 }
 
 /*

@@ -13,8 +13,6 @@
 #   takes the lease without waiting for a re-check; one that leaves after
 #   the next in rank stepped aside for it wakes it; a waiter whose client
 #   vanished (killed) ends with its client and no longer counts.
-# - a takeover that found the row locked by a fence that was then refused
-#   is woken when that call's lock goes, and only such takeovers are.
 #
 # Hand-over latencies (server clock, from the end of the term to the
 # successor's acquired_at) are asserted below 250 ms, which separates a
@@ -358,78 +356,6 @@ sub handover_ms
 	cmp_ok($latency{after_fence_rollback}, '<', 250, 'fx: at once');
 	$h->query_safe(q{COMMIT});
 	le_quit($h, $w);
-}
-
-# ---- a takeover that found the row locked by a refused fence ----
-# r fences a name it does not hold, over and over (each call locks the row
-# FOR KEY SHARE, then raises LE001, which gives the lock back).  The lease
-# of h expires while r loops; the waiter's takeover, tried at the expiry,
-# may find the row locked by one of r's refused calls.  Its end must wake
-# the waiter (on the code before, nothing did: the waiter slept until its
-# one-second re-check).  Rounds make a collision near certain.
-{
-	my $r = le_session($node);
-	my @late;
-	for my $round (1 .. 8)
-	{
-		my $name = "rf$round";
-		is($node->safe_psql('postgres', qq{SELECT try_acquire_leader('$name', '400ms', 'h')}), 't',
-			"$name: h acquires (400 ms)");
-		my $expires = $node->safe_psql('postgres',
-			qq{SELECT expires_at FROM leader_election.leases WHERE name = '$name'});
-		my $w = waiter($name, 'w', 0);
-		le_send($r, qq{DO \$\$
-			DECLARE refused int := 0;
-			BEGIN
-				WHILE clock_timestamp() < '$expires'::timestamptz + interval '1.5 s' LOOP
-					BEGIN
-						PERFORM assert_leader('$name', NULL, 'r');
-					EXCEPTION WHEN SQLSTATE 'LE001' THEN refused := refused + 1;
-					END;
-				END LOOP;
-				RAISE NOTICE 'refused %', refused;
-			END \$\$});
-		is(wait_result($w), 't', "$name: the waiter takes it");
-		le_collect($r);
-		my $ms = le_wake_ms($node, $name, $expires);
-		push @late, $ms if $ms >= 250;
-		diag("$name: taken $ms ms after the expiry");
-		le_quit($w);
-	}
-	is(scalar(@late), 0, 'rf: every takeover within 250 ms of the expiry, refused fences or not'
-		. (@late ? " (late: @late ms)" : ''));
-	le_quit($r);
-}
-
-# ---- refused fences wake only the takeovers that found the row locked ----
-# The name is validly held, so no waiter's takeover reaches the row: a
-# client fencing it in a loop, refused every time, must not wake the
-# waiters at every refusal (on the first version of the fix above, 20
-# waiters made 568,222 attempts in 4 s).
-{
-	is($node->safe_psql('postgres', q{SELECT try_acquire_leader('rs', '1 hour', 'h')}), 't',
-		'rs: h holds it for an hour');
-	my @w = map { waiter('rs', "w$_", 0) } 1 .. 5;
-	my $tries = q{SELECT losing_tries FROM leader_election.stats
-		WHERE datid = (SELECT oid FROM pg_database WHERE datname = current_database())};
-	my $before = $node->safe_psql('postgres', $tries);
-	$node->safe_psql('postgres', q{DO $$
-		DECLARE refused int := 0;
-		BEGIN
-			WHILE clock_timestamp() < now() + interval '2 s' LOOP
-				BEGIN
-					PERFORM assert_leader('rs', NULL, 'r');
-				EXCEPTION WHEN SQLSTATE 'LE001' THEN refused := refused + 1;
-				END;
-			END LOOP;
-			RAISE NOTICE 'refused %', refused;
-		END $$; SELECT 1});
-	my $attempts = $node->safe_psql('postgres', $tries) - $before;
-	cmp_ok($attempts, '<', 100, "rs: 5 waiters made $attempts attempts in 2 s of refused fences");
-	$node->safe_psql('postgres',
-		'SELECT pg_terminate_backend(pid, 60000) FROM unnest(ARRAY['
-		  . join(',', map { $_->{le_pid} } @w) . ']) AS pid');
-	le_quit(@w);
 }
 
 # ---- a waiter whose client vanishes stops counting at once ----
