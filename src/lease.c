@@ -873,6 +873,25 @@ le_prepare_takeover(const char *name)
 }
 
 /*
+ * In the PG_CATCH of an internal subtransaction begun in memory context
+ * cxt under resource owner owner: roll it back, restore both, and raise
+ * the error again (never returns).
+ */
+static void
+le_rethrow_after_subxact(MemoryContext cxt, ResourceOwner owner)
+{
+	ErrorData  *edata;
+
+	MemoryContextSwitchTo(cxt);
+	edata = CopyErrorData();
+	FlushErrorState();
+	RollbackAndReleaseCurrentSubTransaction();
+	MemoryContextSwitchTo(cxt);
+	CurrentResourceOwner = owner;
+	ReThrowError(edata);
+}
+
+/*
  * One attempt of wait_for_leadership, in a subtransaction that is kept if
  * it won and rolled back if it lost.  A lost attempt changed nothing, and
  * rolling it back gives up the locks it took (the lease table's, the
@@ -902,15 +921,7 @@ le_wait_attempt_in_subxact(const char *name, int64 ttl_usecs, const LeIdentity *
 	}
 	PG_CATCH();
 	{
-		ErrorData  *edata;
-
-		MemoryContextSwitchTo(cxt);
-		edata = CopyErrorData();
-		FlushErrorState();
-		RollbackAndReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(cxt);
-		CurrentResourceOwner = owner;
-		ReThrowError(edata);
+		le_rethrow_after_subxact(cxt, owner);
 	}
 	PG_END_TRY();
 
@@ -947,15 +958,7 @@ le_check_owner_in_subxact(const char *name)
 	}
 	PG_CATCH();
 	{
-		ErrorData  *edata;
-
-		MemoryContextSwitchTo(cxt);
-		edata = CopyErrorData();
-		FlushErrorState();
-		RollbackAndReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(cxt);
-		CurrentResourceOwner = owner;
-		ReThrowError(edata);
+		le_rethrow_after_subxact(cxt, owner);
 	}
 	PG_END_TRY();
 	RollbackAndReleaseCurrentSubTransaction();

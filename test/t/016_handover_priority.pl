@@ -233,9 +233,7 @@ sub handover_ms
 	$h->query_safe(q{ROLLBACK TO SAVEPOINT s});
 	my $rolled_back = $h->query_safe(q{SELECT clock_timestamp()});
 	is(wait_result($w), 't', 'sp: the waiter takes the name');
-	$latency{after_savepoint_rollback} = $node->safe_psql('postgres', qq{
-		SELECT round(extract(epoch FROM acquired_at - '$rolled_back'::timestamptz) * 1000, 1)
-		  FROM leader_election.history WHERE name = 'sp' AND holder = 'w'});
+	$latency{after_savepoint_rollback} = le_wake_ms($node, 'sp', $rolled_back);
 	cmp_ok($latency{after_savepoint_rollback}, '<', 250, 'sp: at once');
 	$h->query_safe(q{COMMIT});
 	le_quit($h, $w);
@@ -350,9 +348,7 @@ sub handover_ms
 	$h->query_safe(q{ROLLBACK TO SAVEPOINT s});
 	my $given_up = $h->query_safe(q{SELECT clock_timestamp()});
 	is(wait_result($w), 't', 'fx: the waiter takes it');
-	$latency{after_fence_rollback} = $node->safe_psql('postgres', qq{
-		SELECT round(extract(epoch FROM acquired_at - '$given_up'::timestamptz) * 1000, 1)
-		  FROM leader_election.history WHERE name = 'fx' AND holder = 'w'});
+	$latency{after_fence_rollback} = le_wake_ms($node, 'fx', $given_up);
 	cmp_ok($latency{after_fence_rollback}, '<', 250, 'fx: at once');
 	$h->query_safe(q{COMMIT});
 	le_quit($h, $w);
