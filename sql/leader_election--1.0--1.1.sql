@@ -484,6 +484,13 @@ ALTER TABLE leader_election.history ADD CONSTRAINT history_end_reason CHECK
     (end_reason OPERATOR(pg_catalog.=) ANY (ARRAY['released', 'expired', 'session_ended', 'moved']::pg_catalog.text[]));
 COMMENT ON TABLE leader_election.history IS
     'One row per term: who held it, when it began and how it ended (released, expired, session_ended, moved); ended_at is NULL while the term is current or until the next takeover notices its end';
+-- Every history row is updated exactly once, when its term ends, and grows
+-- then (ended_at, end_reason): half of each page is kept free for that
+-- update, so it is HOT, stays on the row's page and adds no index entry.
+-- When a holder of many names goes, its rows share a few pages and end
+-- together; with full pages their new versions went wherever the free
+-- space map pointed, each such page logged whole after a checkpoint.
+ALTER TABLE leader_election.history SET (fillfactor = 50);
 
 CREATE FUNCTION @extschema@.set_leader_info(name text, info jsonb, holder text DEFAULT NULL)
     RETURNS boolean

@@ -133,6 +133,7 @@ le_shmem_request(void)
 	RequestAddinShmemSpace(le_notify_shmem_size());
 	RequestAddinShmemSpace(le_listeners_shmem_size());
 	RequestAddinShmemSpace(le_stats_shmem_size());
+	RequestAddinShmemSpace(le_insert_hints_shmem_size());
 }
 
 static void
@@ -147,6 +148,7 @@ le_shmem_startup(void)
 	le_notify_shmem_init();
 	le_listeners_shmem_init();
 	le_stats_shmem_init();
+	le_insert_hints_shmem_init();
 }
 
 void

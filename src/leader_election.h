@@ -172,6 +172,8 @@ extern bool le_direct_insert_allowed(Relation rel, Oid only_index,
 extern void le_direct_insert(Relation rel, Relation idx, Datum *values,
 							 bool *nulls);
 extern void le_direct_prepare(Relation rel);
+extern Size le_insert_hints_shmem_size(void);
+extern void le_insert_hints_shmem_init(void);
 extern TM_Result le_direct_update(Relation rel, Relation idx,
 								  ItemPointer otid, HeapTuple newtup);
 

@@ -63,7 +63,10 @@
  *     candidate for an instant), so does a waiting successor the lease is
  *     reserved for (I9) while other waiters are ranked with it (I10), and a
  *     role's first uses of new names take turns while max_names_per_role is
- *     set.
+ *     set.  One "no" keeps a lock: a takeover that finds, once it holds the
+ *     row's FOR UPDATE lock, a row changed by hand since it looked (a
+ *     superuser's UPDATE) answers false and keeps that lock to its end, so
+ *     it counts as touching the name (no PREPARE; waiters woken at its end).
  *
  * I8  A name belongs to the role that first used it (a first acquisition,
  *     register_task's claim, or assign_name); other roles (unless
@@ -505,6 +508,14 @@ le_try_acquire_from(const char *name, int64 ttl_usecs, const LeIdentity *who,
 	if (!locked.found || locked.term != row.term || locked.owner != row.owner ||
 		le_is_mine(&locked, who) || le_lease_valid(&locked, now))
 	{
+		/*
+		 * The row lock stays to the end of the transaction (PostgreSQL
+		 * gives row locks back only then): count the name as touched, so
+		 * that PREPARE is refused (a prepared transaction would keep the
+		 * name's takeovers waiting) and the name's waiters are woken when
+		 * the lock goes.
+		 */
+		le_xact_touched(name);
 		le_unlock_writer(name);
 		return false;
 	}
