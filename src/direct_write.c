@@ -44,12 +44,15 @@
  * different pages on purpose.  A storm of takeovers is 250 fresh backends
  * inserting one history row each: they landed on some 90 pages, and each
  * page's first change after a checkpoint is logged whole (720 kB of full
- * page images in a storm that otherwise writes 150 kB of WAL).  So
- * le_direct_insert first offers heap_insert the page the last direct
- * insert into the same table used, whichever backend made it
+ * page images in a storm that otherwise writes 150 kB of WAL).  So a
+ * backend without a page of its own for the table (its first insert there,
+ * or after its relation cache entry was rebuilt) is offered the page the
+ * last direct insert into the same table used, whichever backend made it
  * (le_insert_hints, a hint per table in shared memory): heap_insert takes
  * it if the row fits there under the table's fillfactor, and otherwise
- * asks the map as before, so free space is still reused.  A hint is only a
+ * asks the map as before, so free space is still reused.  A backend that
+ * has a page keeps inserting there, as heap_insert does: busy clients
+ * granting new names then do not all queue for one page's lock.  A hint is only a
  * guess: it is checked against the table's current length (a table cannot
  * shrink while the inserter holds its RowExclusiveLock), and a hint left by
  * another table or database that shares its slot costs locality, nothing
@@ -443,7 +446,7 @@ le_direct_insert(Relation rel, Relation idx, Datum *values, bool *nulls)
 	le_check_not_null(rel, nulls);
 	tup = heap_form_tuple(RelationGetDescr(rel), values, nulls);
 	le_check_constraints(rel, tup);
-	if (hint != NULL)
+	if (hint != NULL && RelationGetTargetBlock(rel) == InvalidBlockNumber)
 	{
 		uint64		h = pg_atomic_read_u64(hint);
 
