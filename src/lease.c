@@ -63,10 +63,9 @@
  *     candidate for an instant), so does a waiting successor the lease is
  *     reserved for (I9) while other waiters are ranked with it (I10), and a
  *     role's first uses of new names take turns while max_names_per_role is
- *     set.  One "no" keeps a lock: a takeover that finds, once it holds the
- *     row's FOR UPDATE lock, a row changed by hand since it looked (a
- *     superuser's UPDATE) answers false and keeps that lock to its end, so
- *     it counts as touching the name (no PREPARE; waiters woken at its end).
+ *     set.  A takeover that loses after locking the row (it found the row
+ *     changed by hand under the lock) gives the row lock back: it runs in a
+ *     subtransaction rolled back when it loses.
  *
  * I8  A name belongs to the role that first used it (a first acquisition,
  *     register_task's claim, or assign_name); other roles (unless
@@ -360,6 +359,15 @@ le_after_grant(const char *name, const LeIdentity *who, TimestampTz expires)
 	}
 }
 
+static bool le_take_over_keeping_no_lock_on_loss(const char *name,
+												 int64 ttl_usecs,
+												 const LeIdentity *who,
+												 const LeaseRow *row,
+												 const LeHandover *handover);
+
+/* Inside le_wait_attempt_in_subxact's subtransaction? */
+static bool le_in_wait_attempt = false;
+
 /*
  * The whole of try_acquire_leader, also the step wait_for_leadership
  * repeats.  Returns true if the caller holds the lease when its transaction
@@ -372,10 +380,7 @@ le_try_acquire_from(const char *name, int64 ttl_usecs, const LeIdentity *who,
 					TimestampTz *retry_at)
 {
 	LeaseRow	row;
-	LeaseRow	locked;
 	TimestampTz now = GetCurrentTimestamp();
-	TimestampTz ended_at;
-	LeEndReason reason;
 	int64		term;
 	bool		renewing;
 	bool		claim;
@@ -493,39 +498,47 @@ le_try_acquire_from(const char *name, int64 ttl_usecs, const LeIdentity *who,
 		return false;
 	}
 
-	/*
-	 * Free: take it over unless a fenced transaction still holds it (I6).
-	 * Decide again on the version the row lock covers (`locked`): a change
-	 * made without the writer lock (a superuser's UPDATE) may have landed
-	 * between the read above and the lock.
-	 */
+	/* Free: take it over unless a fenced transaction still holds it (I6). */
+	if (!le_take_over_keeping_no_lock_on_loss(name, ttl_usecs, who, &row,
+											  &handover))
+	{
+		le_unlock_writer(name);
+		return false;
+	}
+	return true;
+}
+
+/*
+ * The takeover of a lease le_try_acquire_from found free (`row`), under the
+ * name's writer lock: lock the row FOR UPDATE without waiting, decide again
+ * on the version the lock covers (`locked`: a change made without the
+ * writer lock, a superuser's UPDATE, may have landed between the read and
+ * the lock), draw the term and write.  False if the row is busy or changed;
+ * the row lock may then be held (le_take_over_keeping_no_lock_on_loss).
+ */
+static bool
+le_take_over(const char *name, int64 ttl_usecs, const LeIdentity *who,
+			 const LeaseRow *row, const LeHandover *handover)
+{
+	LeaseRow	locked;
+	TimestampTz now;
+	TimestampTz ended_at;
+	LeEndReason reason;
+	int64		term;
+
 	if (le_store_lock_row(name, true, &locked) != LE_ROW_LOCKED)
-	{
-		le_unlock_writer(name);
 		return false;
-	}
 	now = GetCurrentTimestamp();
-	if (!locked.found || locked.term != row.term || locked.owner != row.owner ||
+	if (!locked.found || locked.term != row->term || locked.owner != row->owner ||
 		le_is_mine(&locked, who) || le_lease_valid(&locked, now))
-	{
-		/*
-		 * The row lock stays to the end of the transaction (PostgreSQL
-		 * gives row locks back only then): count the name as touched, so
-		 * that PREPARE is refused (a prepared transaction would keep the
-		 * name's takeovers waiting) and the name's waiters are woken when
-		 * the lock goes.
-		 */
-		le_xact_touched(name);
-		le_unlock_writer(name);
 		return false;
-	}
 
 	term = le_next_term(name, locked.term);
 	if (locked.holder != NULL)
 		reason = le_end_reason(&locked, now, &ended_at);
 	else
 	{
-		reason = handover.moved ? LE_END_MOVED : LE_END_RELEASED;
+		reason = handover->moved ? LE_END_MOVED : LE_END_RELEASED;
 		ended_at = now;
 	}
 	/* The old term's history end (if it had a holder), row, new history row. */
@@ -903,6 +916,51 @@ le_rethrow_after_subxact(MemoryContext cxt, ResourceOwner owner)
 }
 
 /*
+ * le_take_over, keeping no row lock if it loses (I7): PostgreSQL gives a
+ * row lock back only when the (sub)transaction that took it ends, so the
+ * takeover runs in a subtransaction of its own, kept if it won and rolled
+ * back if it lost.  Otherwise a try that found the row changed by hand
+ * under its lock would keep the lock to the end of its transaction: the
+ * valid holder's fence refused (LE001) and its renewals and release
+ * waiting all that time.  A wait_for_leadership attempt runs in a
+ * subtransaction already (le_wait_attempt_in_subxact) and needs no second
+ * one.  Lock and writes are made by the same subtransaction, so the
+ * row's new version does not need a MultiXact for the lock.
+ */
+static bool
+le_take_over_keeping_no_lock_on_loss(const char *name, int64 ttl_usecs,
+									 const LeIdentity *who, const LeaseRow *row,
+									 const LeHandover *handover)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	ResourceOwner owner = CurrentResourceOwner;
+	bool		won = false;
+
+	if (le_in_wait_attempt)
+		return le_take_over(name, ttl_usecs, who, row, handover);
+
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(cxt);
+	PG_TRY();
+	{
+		won = le_take_over(name, ttl_usecs, who, row, handover);
+	}
+	PG_CATCH();
+	{
+		le_rethrow_after_subxact(cxt, owner);
+	}
+	PG_END_TRY();
+
+	if (won)
+		ReleaseCurrentSubTransaction();
+	else
+		RollbackAndReleaseCurrentSubTransaction();
+	MemoryContextSwitchTo(cxt);
+	CurrentResourceOwner = owner;
+	return won;
+}
+
+/*
  * One attempt of wait_for_leadership, in a subtransaction that is kept if
  * it won and rolled back if it lost.  A lost attempt changed nothing, and
  * rolling it back gives up the locks it took (the lease table's, the
@@ -926,12 +984,15 @@ le_wait_attempt_in_subxact(const char *name, int64 ttl_usecs, const LeIdentity *
 	MemoryContextSwitchTo(cxt);
 	PG_TRY();
 	{
+		le_in_wait_attempt = true;
 		acquired = le_try_acquire(name, ttl_usecs, who, retry_at);
+		le_in_wait_attempt = false;
 		if (!acquired && first)
 			le_prepare_takeover(name);
 	}
 	PG_CATCH();
 	{
+		le_in_wait_attempt = false;
 		le_rethrow_after_subxact(cxt, owner);
 	}
 	PG_END_TRY();
