@@ -52,11 +52,11 @@
  * it if the row fits there under the table's fillfactor, and otherwise
  * asks the map as before, so free space is still reused.  A backend that
  * has a page keeps inserting there, as heap_insert does: busy clients
- * granting new names then do not all queue for one page's lock.  A hint is only a
- * guess: it is checked against the table's current length (a table cannot
- * shrink while the inserter holds its RowExclusiveLock), and a hint left by
- * another table or database that shares its slot costs locality, nothing
- * else.
+ * granting new names then do not all queue for one page's lock.  A hint
+ * is only a guess: it is checked against the table's current length (a
+ * table cannot shrink while the inserter holds its RowExclusiveLock), and
+ * a hint left by another table or database that shares its slot costs
+ * locality, nothing else.
  *
  * What it does not do is why le_direct_insert_allowed() exists: other
  * indexes, triggers, rules, row-level security that applies to the
@@ -74,23 +74,23 @@
 
 #include "access/genam.h"
 #include "access/heapam.h"
-#include "storage/bufmgr.h"
-#include "storage/shmem.h"
 #include "access/htup_details.h"
 #include "access/transam.h"
 #include "access/xact.h"
 #include "catalog/index.h"
-#include "common/hashfn.h"
 #include "catalog/pg_am.h"
 #include "catalog/pg_class.h"
 #include "catalog/pg_language.h"
 #include "catalog/pg_proc.h"
 #include "catalog/pg_publication.h"
+#include "common/hashfn.h"
 #include "executor/executor.h"
 #include "miscadmin.h"
 #include "nodes/nodeFuncs.h"
 #include "nodes/readfuncs.h"
 #include "optimizer/optimizer.h"
+#include "storage/bufmgr.h"
+#include "storage/shmem.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
 #include "utils/syscache.h"
