@@ -363,10 +363,8 @@ static bool le_take_over_keeping_no_lock_on_loss(const char *name,
 												 int64 ttl_usecs,
 												 const LeIdentity *who,
 												 const LeaseRow *row,
-												 const LeHandover *handover);
-
-/* Inside le_wait_attempt_in_subxact's subtransaction? */
-static bool le_in_wait_attempt = false;
+												 const LeHandover *handover,
+												 bool loss_rolled_back);
 
 /*
  * The whole of try_acquire_leader, also the step wait_for_leadership
@@ -374,10 +372,12 @@ static bool le_in_wait_attempt = false;
  * commits.  On false, *retry_at says when trying again could succeed: the
  * current lease's expiry, or 0 if the lease is busy with another writer or
  * a fenced transaction (whose end wakes waiters, wakeup.c).
+ * loss_rolled_back: the caller rolls back the subtransaction it runs this
+ * in when the answer is false (a wait_for_leadership attempt).
  */
 static bool
 le_try_acquire_from(const char *name, int64 ttl_usecs, const LeIdentity *who,
-					TimestampTz *retry_at)
+					TimestampTz *retry_at, bool loss_rolled_back)
 {
 	LeaseRow	row;
 	TimestampTz now = GetCurrentTimestamp();
@@ -500,7 +500,7 @@ le_try_acquire_from(const char *name, int64 ttl_usecs, const LeIdentity *who,
 
 	/* Free: take it over unless a fenced transaction still holds it (I6). */
 	if (!le_take_over_keeping_no_lock_on_loss(name, ttl_usecs, who, &row,
-											  &handover))
+											  &handover, loss_rolled_back))
 	{
 		le_unlock_writer(name);
 		return false;
@@ -556,16 +556,25 @@ le_take_over(const char *name, int64 ttl_usecs, const LeIdentity *who,
 	return true;
 }
 
-/* The step wait_for_leadership, the task runner and try_acquire_leader take. */
-bool
-le_try_acquire(const char *name, int64 ttl_usecs, const LeIdentity *who,
-			   TimestampTz *retry_at)
+/* le_try_acquire_from, counting a loss. */
+static bool
+le_try_acquire_counted(const char *name, int64 ttl_usecs, const LeIdentity *who,
+					   TimestampTz *retry_at, bool loss_rolled_back)
 {
-	bool		won = le_try_acquire_from(name, ttl_usecs, who, retry_at);
+	bool		won = le_try_acquire_from(name, ttl_usecs, who, retry_at,
+										  loss_rolled_back);
 
 	if (!won)
 		le_stats_count(LE_STAT_LOSING_TRIES);
 	return won;
+}
+
+/* The step the task runner and try_acquire_leader take. */
+bool
+le_try_acquire(const char *name, int64 ttl_usecs, const LeIdentity *who,
+			   TimestampTz *retry_at)
+{
+	return le_try_acquire_counted(name, ttl_usecs, who, retry_at, false);
 }
 
 /*
@@ -916,39 +925,23 @@ le_rethrow_after_subxact(MemoryContext cxt, ResourceOwner owner)
 }
 
 /*
- * le_take_over, keeping no row lock if it loses (I7): PostgreSQL gives a
- * row lock back only when the (sub)transaction that took it ends, so the
- * takeover runs in a subtransaction of its own, kept if it won and rolled
- * back if it lost.  Otherwise a try that found the row changed by hand
- * under its lock would keep the lock to the end of its transaction: the
- * valid holder's fence refused (LE001) and its renewals and release
- * waiting all that time.  A wait_for_leadership attempt runs in a
- * subtransaction already (le_wait_attempt_in_subxact) and needs no second
- * one.  Lock and writes are made by the same subtransaction, so the row's
- * new version needs no MultiXact for the lock, except when the same
- * transaction takes the same lease over again: the second subtransaction
- * then locks a version the first one still has a lock on.  (The cost: a
- * subtransaction XID per takeover, about 7 µs each when one transaction
- * makes thousands; beyond 64 in one transaction other sessions' visibility
- * checks read pg_subtrans while it is open.)
+ * Run step(arg) in an internal subtransaction, kept if it answers true and
+ * rolled back if it answers false, or raises (the error is raised again).
+ * Rolling back gives up the locks the step took, row locks among them:
+ * PostgreSQL gives those back only when the (sub)transaction ends.
  */
 static bool
-le_take_over_keeping_no_lock_on_loss(const char *name, int64 ttl_usecs,
-									 const LeIdentity *who, const LeaseRow *row,
-									 const LeHandover *handover)
+le_in_subxact_kept_if_true(bool (*step) (void *arg), void *arg)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	ResourceOwner owner = CurrentResourceOwner;
-	bool		won = false;
-
-	if (le_in_wait_attempt)
-		return le_take_over(name, ttl_usecs, who, row, handover);
+	bool		kept = false;
 
 	BeginInternalSubTransaction(NULL);
 	MemoryContextSwitchTo(cxt);
 	PG_TRY();
 	{
-		won = le_take_over(name, ttl_usecs, who, row, handover);
+		kept = step(arg);
 	}
 	PG_CATCH();
 	{
@@ -956,59 +949,112 @@ le_take_over_keeping_no_lock_on_loss(const char *name, int64 ttl_usecs,
 	}
 	PG_END_TRY();
 
-	if (won)
+	if (kept)
 		ReleaseCurrentSubTransaction();
 	else
 		RollbackAndReleaseCurrentSubTransaction();
 	MemoryContextSwitchTo(cxt);
 	CurrentResourceOwner = owner;
-	return won;
+	return kept;
+}
+
+typedef struct LeTakeOverArgs
+{
+	const char *name;
+	int64		ttl_usecs;
+	const LeIdentity *who;
+	const LeaseRow *row;
+	const LeHandover *handover;
+} LeTakeOverArgs;
+
+static bool
+le_take_over_step(void *arg)
+{
+	LeTakeOverArgs *a = arg;
+
+	return le_take_over(a->name, a->ttl_usecs, a->who, a->row, a->handover);
+}
+
+/*
+ * le_take_over, keeping no row lock if it loses (I7): a try that found the
+ * row changed by hand under its lock would otherwise keep the lock to the
+ * end of its transaction, the valid holder's fence refused (LE001) and its
+ * renewals and release waiting all that time.  So the takeover runs in a
+ * subtransaction of its own, unless the caller's is rolled back on a loss
+ * anyway (loss_rolled_back: a wait_for_leadership attempt).  Lock and
+ * writes are made by the same subtransaction, so the row's new version
+ * needs no MultiXact for the lock, except when the same transaction takes
+ * the same lease over again: the second subtransaction then locks a
+ * version the first one still has a lock on.  (The cost: a subtransaction
+ * XID per takeover, about 7 µs each when one transaction makes thousands;
+ * beyond 64 in one transaction other sessions' visibility checks read
+ * pg_subtrans while it is open.)
+ */
+static bool
+le_take_over_keeping_no_lock_on_loss(const char *name, int64 ttl_usecs,
+									 const LeIdentity *who, const LeaseRow *row,
+									 const LeHandover *handover,
+									 bool loss_rolled_back)
+{
+	LeTakeOverArgs a = {name, ttl_usecs, who, row, handover};
+
+	if (loss_rolled_back)
+		return le_take_over(name, ttl_usecs, who, row, handover);
+	return le_in_subxact_kept_if_true(le_take_over_step, &a);
+}
+
+typedef struct LeWaitAttemptArgs
+{
+	const char *name;
+	int64		ttl_usecs;
+	const LeIdentity *who;
+	TimestampTz *retry_at;
+	bool		first;
+} LeWaitAttemptArgs;
+
+static bool
+le_wait_attempt_step(void *arg)
+{
+	LeWaitAttemptArgs *a = arg;
+	bool		acquired = le_try_acquire_counted(a->name, a->ttl_usecs, a->who,
+												  a->retry_at, true);
+
+	if (!acquired && a->first)
+		le_prepare_takeover(a->name);
+	return acquired;
 }
 
 /*
  * One attempt of wait_for_leadership, in a subtransaction that is kept if
  * it won and rolled back if it lost.  A lost attempt changed nothing, and
  * rolling it back gives up the locks it took (the lease table's, the
- * writer lock), so a waiter holds no lock while it sleeps: DDL on the
- * table, ALTER EXTENSION UPDATE among it, never queues behind a waiter
- * and, queued, stalls every other session's calls until the waiter's
- * timeout.  Locks the transaction held before the wait stay held.  The
- * first attempt that loses also prepares the takeover (le_prepare_takeover),
- * in its subtransaction for the same reason: reading and planning take
- * locks.
+ * writer lock, a row lock), so a waiter holds no lock while it sleeps: DDL
+ * on the table, ALTER EXTENSION UPDATE among it, never queues behind a
+ * waiter and, queued, stalls every other session's calls until the
+ * waiter's timeout.  Locks the transaction held before the wait stay held.
+ * The first attempt that loses also prepares the takeover
+ * (le_prepare_takeover), in its subtransaction for the same reason:
+ * reading and planning take locks.
  */
 static bool
 le_wait_attempt_in_subxact(const char *name, int64 ttl_usecs, const LeIdentity *who,
 						   TimestampTz *retry_at, bool first)
 {
-	MemoryContext cxt = CurrentMemoryContext;
-	ResourceOwner owner = CurrentResourceOwner;
-	bool		acquired = false;
+	LeWaitAttemptArgs a = {name, ttl_usecs, who, retry_at, first};
 
-	BeginInternalSubTransaction(NULL);
-	MemoryContextSwitchTo(cxt);
-	PG_TRY();
-	{
-		le_in_wait_attempt = true;
-		acquired = le_try_acquire(name, ttl_usecs, who, retry_at);
-		le_in_wait_attempt = false;
-		if (!acquired && first)
-			le_prepare_takeover(name);
-	}
-	PG_CATCH();
-	{
-		le_in_wait_attempt = false;
-		le_rethrow_after_subxact(cxt, owner);
-	}
-	PG_END_TRY();
+	return le_in_subxact_kept_if_true(le_wait_attempt_step, &a);
+}
 
-	if (acquired)
-		ReleaseCurrentSubTransaction();
-	else
-		RollbackAndReleaseCurrentSubTransaction();
-	MemoryContextSwitchTo(cxt);
-	CurrentResourceOwner = owner;
-	return acquired;
+/* Looks only: always rolled back. */
+static bool
+le_check_owner_step(void *arg)
+{
+	const char *name = arg;
+	LeaseRow	row;
+
+	le_store_read_for_answer(name, &row);
+	le_check_owner(name, &row);
+	return false;
 }
 
 /*
@@ -1021,26 +1067,8 @@ le_wait_attempt_in_subxact(const char *name, int64 ttl_usecs, const LeIdentity *
 static void
 le_check_owner_in_subxact(const char *name)
 {
-	MemoryContext cxt = CurrentMemoryContext;
-	ResourceOwner owner = CurrentResourceOwner;
-
-	BeginInternalSubTransaction(NULL);
-	MemoryContextSwitchTo(cxt);
-	PG_TRY();
-	{
-		LeaseRow	row;
-
-		le_store_read_for_answer(name, &row);
-		le_check_owner(name, &row);
-	}
-	PG_CATCH();
-	{
-		le_rethrow_after_subxact(cxt, owner);
-	}
-	PG_END_TRY();
-	RollbackAndReleaseCurrentSubTransaction();
-	MemoryContextSwitchTo(cxt);
-	CurrentResourceOwner = owner;
+	(void) le_in_subxact_kept_if_true(le_check_owner_step,
+									  unconstify(char *, name));
 }
 
 /*
