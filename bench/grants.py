@@ -266,6 +266,14 @@ class Grants(bench.Bench):
             obs = ctx.Process(target=observer_process, args=(names, obs_ready, obs_q))
             obs.start()
             obs_ready.wait(30)
+            # A long-lived observer: its LISTEN has started the database's
+            # notifier, which is running by the time leaders change.
+            if not in_transaction:
+                for _ in range(3000):
+                    if self.q("SELECT count(*) FROM pg_stat_activity"
+                              " WHERE backend_type = 'leader_election notifier'")[0][0]:
+                        break
+                    time.sleep(0.01)
         if ping:
             pin_q, pin_ready, pin_stop = ctx.Queue(), ctx.Event(), ctx.Event()
             pin = ctx.Process(target=pinger_process, args=(pin_stop, pin_ready, pin_q))

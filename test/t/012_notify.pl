@@ -4,7 +4,10 @@
 # "released" on release, "elected" with reason "session_ended" after the
 # holder's backend was terminated and a candidate took over, "elected" with
 # reason "expired" after an expiry takeover; a rolled-back acquisition sends
-# nothing.
+# nothing.  With the library preloaded (le_node), the first LISTEN starts
+# the database's notifier before any change, so that the first change is
+# sent by a worker already running; and that notifier stays, without
+# events, past its idle minute while the session listens.
 use strict;
 use warnings;
 use lib 'test/t';
@@ -13,13 +16,31 @@ use LeaderElectionTest;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use Time::HiRes qw(usleep);
 
 my $node = le_node('notify');
 
 my $listener = le_session($node);
 $listener->query_safe('LISTEN leader_election');
 my @seen;    # every payload received so far, decoded, in order
+my @sender;  # the sending backend's pid of each
 my %taken;   # indexes into @seen already matched by next_event
+
+# ---- the LISTEN starts the notifier ----
+# Before any change in the database: no event is queued, so only the LISTEN
+# can have started it.  (Before 1.1's keep-ready rule the first change
+# started it, and found it not yet running: that change sent its event
+# itself, and the changes right after waited for the worker to come up.)
+my $notifier = '';
+ok( le_wait_until(
+		sub {
+			$notifier = $node->safe_psql('postgres',
+				q{SELECT pid FROM pg_stat_activity WHERE backend_type = 'leader_election notifier'});
+			$notifier ne '';
+		}),
+	'the first LISTEN starts a notifier before any change');
+is($node->safe_psql('postgres', 'SELECT count(*) FROM leader_election.history'),
+	'0', 'no change was made yet');
 
 # psql prints notifications that arrived after each command, so run a
 # trivial command until an event matching `want` shows up (or the deadline
@@ -32,10 +53,11 @@ sub next_event
 		sub {
 			my $out = $listener->query_safe('SELECT 1');
 			while ($out =~
-				/^Asynchronous notification "leader_election" with payload "(.*)" received from server process with PID \d+\.$/mg
+				/^Asynchronous notification "leader_election" with payload "(.*)" received from server process with PID (\d+)\.$/mg
 			  )
 			{
-				push @seen, decode_json($1);
+				push @seen,   decode_json($1);
+				push @sender, $2;
 			}
 			for my $i (0 .. $#seen)
 			{
@@ -75,6 +97,7 @@ $holder->query_safe(q{SELECT try_acquire_leader('n', '1 hour')});
 event_is('n', 'elected',
 	{ holder => qr/^session:$holder->{le_pid}:\d+\@\d+\.\d+$/, term => 1, reason => 'none' },
 	'first acquisition');
+is($sender[0], $notifier, 'the first change was sent by the notifier the LISTEN started');
 $holder->query_safe(q{SELECT release_leader('n')});
 event_is('n', 'released',
 	{ holder => qr/^session:$holder->{le_pid}:/, term => 1, reason => 'released' },
@@ -119,6 +142,21 @@ is(scalar(grep { $_->{name} eq 'rb' } @seen), 0,
 is(scalar(grep { $_->{name} eq 'x' && $_->{event} eq 'released' } @seen), 0,
 	'nothing was sent for the rolled-back release');
 is(scalar(@seen), 7, 'seven notifications in all, one per committed change');
+is_deeply([ grep { $_ ne $notifier } @sender ], [], 'all were sent by that notifier');
+
+# ---- the notifier stays while someone listens ----
+# Without events, a notifier leaves after a minute (LE_NOTIFIER_IDLE_MS),
+# unless a session of its database listens.  Watched for 65 s after the
+# last change: it must neither leave nor be replaced.
+my $watch_until = time() + 65;
+my $same = 1;
+while (time() < $watch_until && $same)
+{
+	$same = $node->safe_psql('postgres',
+		q{SELECT pid FROM pg_stat_activity WHERE backend_type = 'leader_election notifier'}) eq $notifier;
+	usleep(500_000) if $same;
+}
+ok($same, 'with a listener, the notifier is still there after a minute without events');
 
 le_quit($listener);
 $node->stop;
