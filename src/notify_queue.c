@@ -28,12 +28,12 @@
  * largest info; a transaction whose events do not fit sends them itself
  * (N2).
  *
- * The notifier, one background worker per database with events or
- * listeners (started by the first event, or by the first LISTEN
- * leader_election of a session: le_notify_listener_ready; gone after
- * LE_NOTIFIER_IDLE_MS without events once no session of the database
- * listens, or as soon as DROP DATABASE, ALTER DATABASE or CREATE DATABASE
- * ... TEMPLATE wants its database to itself: le_database_wanted), sends the queued
+ * The notifier, one background worker per database with events (started on
+ * demand: by the database's first event, or already by a session's LISTEN
+ * leader_election, le_notify_listener_ready; gone after LE_NOTIFIER_IDLE_MS
+ * without events, or as soon as DROP DATABASE, ALTER DATABASE or CREATE
+ * DATABASE ... TEMPLATE wants its database to itself: le_database_wanted),
+ * sends the queued
  * events with NOTIFY in transactions of up to LE_NOTIFY_BATCH events: the
  * NOTIFY lock is then taken once per batch, by the notifier, off every
  * grant's path.  Its own commits are not waited for (synchronous_commit
@@ -101,6 +101,7 @@
 #include "access/xlog.h"
 #include "catalog/pg_database.h"
 #include "commands/async.h"
+#include "commands/extension.h"
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
 #include "pgstat.h"
@@ -160,13 +161,6 @@ typedef struct LeNotifyQueue
 	uint64		head;
 	uint64		tail;
 	Size		reserved;		/* bytes promised to committing transactions */
-	/*
-	 * Sessions of the database that have run LISTEN leader_election and not
-	 * exited: while there are any, the queue stays the database's and its
-	 * notifier does not leave for lack of events.  Grown under the lock,
-	 * shrunk without it by the exiting session (le_notify_listener_exit).
-	 */
-	pg_atomic_uint32 listeners;
 	char		ring[LE_NOTIFY_QUEUE_BYTES];
 } LeNotifyQueue;
 
@@ -229,8 +223,6 @@ le_notify_shmem_init(void)
 	if (!found)
 	{
 		memset(le_notify_shared, 0, sizeof(LeNotifyShared));
-		for (int i = 0; i < LE_NOTIFY_DATABASES; i++)
-			pg_atomic_init_u32(&le_notify_shared->queues[i].listeners, 0);
 		le_notify_shared->tranche = LWLockNewTrancheId();
 		LWLockInitialize(&le_notify_shared->lock, le_notify_shared->tranche);
 	}
@@ -275,10 +267,10 @@ le_ring_read(const LeNotifyQueue *q, uint64 pos, void *dst, Size len)
 
 /*
  * The queue of this database, under the lock; a free queue is claimed, or
- * an idle one of another database (empty, nothing promised, no listener,
- * no notifier, or one that never came up: its database was dropped before
- * it connected).  -1 if none can be had.  (A dropped database's queue that
- * still holds events stays taken until the server restarts.)
+ * an idle one of another database (empty, nothing promised, no notifier, or
+ * one that never came up: its database was dropped before it connected).
+ * -1 if none can be had.  (A dropped database's queue that still holds
+ * events stays taken until the server restarts.)
  */
 static int
 le_queue_of_database(bool claim)
@@ -294,7 +286,6 @@ le_queue_of_database(bool claim)
 		if (idle < 0 &&
 			(q->database == InvalidOid ||
 			 (q->head == q->tail && q->reserved == 0 &&
-			  pg_atomic_read_u32(&q->listeners) == 0 &&
 			  (q->state == LE_NOTIFIER_NONE ||
 			   (q->state == LE_NOTIFIER_STARTING &&
 				TimestampDifferenceExceeds(q->starting_since, GetCurrentTimestamp(),
@@ -630,34 +621,21 @@ le_at_commit(void)
 	}
 }
 
-/* The queue this session counts itself a listener of (-1: none). */
-static int	le_listening_queue = -1;
-
-static bool le_listener_exit_registered = false;
-
-static void
-le_notify_listener_exit(int code, Datum arg)
-{
-	if (le_listening_queue >= 0)
-		pg_atomic_fetch_sub_u32(&le_notify_shared->queues[le_listening_queue].listeners, 1);
-}
-
 /*
  * A session has begun to LISTEN leader_election (listeners.c, after
- * counting itself).  The first time, it counts itself a listener of its
- * database's queue (claiming one if it can), so that a notifier is kept
- * ready for it: one is started now if none runs, and it does not leave
- * for lack of events while the session lives (le_notifier_main).  The
- * database's first change after a quiet spell is then sent at once, not
- * after a worker start (a fork and a connection: several milliseconds,
- * tens during a storm).  Failing to start one then is no error: the next
- * change starts one, as without a listener.
+ * counting itself).  In a database with the extension, a notifier is
+ * started now if none runs or is starting, so that the changes the session
+ * is about to hear are sent at once, not after a worker start (a fork and
+ * a connection: several milliseconds, tens while a storm's winners keep
+ * the cores busy); like any idle notifier it leaves after
+ * LE_NOTIFIER_IDLE_MS without events.  Failing to start one then is no
+ * error: the next change starts one, as before.
  *
  * It is an error if this database's queue holds events, or room taken by a
  * committing transaction that saw no listener (L1), and no notifier runs
- * and none can be started: that transaction's COMMIT may no longer send its
- * events itself, so the LISTEN fails (53000) rather than miss them; it may
- * be retried.
+ * and none can be started: that transaction's COMMIT may no longer send
+ * its events itself, so the LISTEN fails (53000) rather than miss them; it
+ * may be retried.
  */
 void
 le_notify_listener_ready(void)
@@ -665,26 +643,18 @@ le_notify_listener_ready(void)
 	int			qi;
 	bool		start = false;
 	bool		owed = false;
+	bool		installed;
 
 	/* A standby refuses LISTEN, and could not start a notifier anyway. */
 	if (le_notify_shared == NULL || RecoveryInProgress())
 		return;
-	if (!le_listener_exit_registered)
-	{
-		before_shmem_exit(le_notify_listener_exit, (Datum) 0);
-		le_listener_exit_registered = true;
-	}
+	installed = OidIsValid(get_extension_oid("leader_election", true));
 	le_lock();
-	qi = le_queue_of_database(le_listening_queue < 0);
+	qi = le_queue_of_database(installed);
 	if (qi >= 0)
 	{
 		LeNotifyQueue *q = &le_notify_shared->queues[qi];
 
-		if (le_listening_queue < 0)
-		{
-			pg_atomic_fetch_add_u32(&q->listeners, 1);
-			le_listening_queue = qi;
-		}
 		owed = q->reserved > 0 || q->tail > q->head;
 
 		/*
@@ -692,7 +662,8 @@ le_notify_listener_ready(void)
 		 * is making (STARTING) may yet fail, after this LISTEN succeeded.  A
 		 * second notifier that comes up exits at once (le_notifier_main).
 		 */
-		if (owed ? q->state != LE_NOTIFIER_RUNNING : le_notifier_missing(q))
+		if (owed ? q->state != LE_NOTIFIER_RUNNING :
+			(installed && le_notifier_missing(q)))
 		{
 			q->state = LE_NOTIFIER_STARTING;
 			q->starting_since = GetCurrentTimestamp();
@@ -894,9 +865,8 @@ le_notifier_main(Datum arg)
 			idle_since = GetCurrentTimestamp();
 			continue;
 		}
-		if ((TimestampDifferenceExceeds(idle_since, GetCurrentTimestamp(),
-										LE_NOTIFIER_IDLE_MS) &&
-			 pg_atomic_read_u32(&q->listeners) == 0) ||
+		if (TimestampDifferenceExceeds(idle_since, GetCurrentTimestamp(),
+									   LE_NOTIFIER_IDLE_MS) ||
 			le_database_wanted(database))
 		{
 			bool		quit;
