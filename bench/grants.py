@@ -221,7 +221,11 @@ class Grants(bench.Bench):
         hpid = self.q("SELECT pg_backend_pid()", conn=holder)[0][0]
         if kind == "ext":
             for n in names:
-                self.q("SELECT try_acquire_leader(%s, interval '1 minute')", (n,), conn=holder)
+                # The storm measures takeovers from a live holder: a name it
+                # did not get (held by someone else) would let its candidate
+                # return before the terminate.
+                if not self.q("SELECT try_acquire_leader(%s, interval '1 minute')", (n,), conn=holder)[0][0]:
+                    raise RuntimeError(f"storm: the holder did not get {n}")
         else:
             for i in range(STORM_NAMES):
                 self.q("SELECT pg_advisory_lock(%s)", (self.round_id * 1000 + i,), conn=holder)

@@ -271,6 +271,13 @@ le_ring_read(const LeNotifyQueue *q, uint64 pos, void *dst, Size len)
  * one that never came up: its database was dropped before it connected).
  * -1 if none can be had.  (A dropped database's queue that still holds
  * events stays taken until the server restarts.)
+ *
+ * Whoever looked up its queue and let go of the lock must check, when it
+ * takes the lock again, that the queue is still its database's
+ * (le_queue_is_ours): an idle queue may have been claimed meanwhile, and
+ * its events then belong to another database.  Only a queue holding
+ * nothing of this transaction's (no room taken, no events taken) can be
+ * claimed, so the check is needed only by code that holds neither.
  */
 static int
 le_queue_of_database(bool claim)
@@ -297,6 +304,13 @@ le_queue_of_database(bool claim)
 	le_notify_shared->queues[idle].database = MyDatabaseId;
 	le_notify_shared->queues[idle].state = LE_NOTIFIER_NONE;
 	return idle;
+}
+
+/* Is queue qi still this database's?  Under the lock. */
+static bool
+le_queue_is_ours(int qi)
+{
+	return le_notify_shared->queues[qi].database == MyDatabaseId;
 }
 
 /* ---- sending ---- */
@@ -327,6 +341,16 @@ le_take_queued(int qi, int max)
 	Assert(le_consumed_queue < 0 || le_consumed_queue == qi);
 	le_lock_sender();
 	le_lock();
+	/*
+	 * The queue was looked up before the sender lock, which may have been
+	 * waited for.  Claimed meanwhile by another database, it holds nothing
+	 * of this one's (a queue is left only when empty).
+	 */
+	if (!le_queue_is_ours(qi))
+	{
+		le_unlock();
+		return 0;
+	}
 	from = q->head + le_consumed;
 	to = from;
 	while (to < q->tail && n < max)
@@ -526,6 +550,9 @@ le_pre_commit(void)
 		return;
 
 	le_lock();
+	/* Without room taken, the queue may have been claimed since. */
+	if (qi >= 0 && !le_queue_is_ours(qi))
+		qi = -1;
 	if (qi >= 0)
 	{
 		LeNotifyQueue *q = &le_notify_shared->queues[qi];

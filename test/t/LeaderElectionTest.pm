@@ -107,12 +107,13 @@ sub le_poll
 	return $ok;
 }
 
-# le_session(node): a background psql that survives SQL errors and prints
-# SQLSTATEs; its backend pid is in ->{le_pid}.
+# le_session(node [, dbname]): a background psql (in database postgres
+# unless dbname is given) that survives SQL errors and prints SQLSTATEs; its
+# backend pid is in ->{le_pid}.
 sub le_session
 {
-	my ($node) = @_;
-	my $s = $node->background_psql('postgres', on_error_stop => 0);
+	my ($node, $dbname) = @_;
+	my $s = $node->background_psql($dbname // 'postgres', on_error_stop => 0);
 
 	$s->query_safe("\\set VERBOSITY verbose");
 	$s->{le_pid} = $s->query_safe('SELECT pg_backend_pid()');
