@@ -211,6 +211,7 @@ extern void le_store_record_term_era(uint64 sysid, TimeLineID tli, int64 first_t
 extern int64 le_store_history_max_term(const char *name);
 extern void le_store_lock_key(uint8 *key);
 extern Oid	le_store_leases_relid(void);
+extern bool le_extension_installed(void);
 extern void le_store_lock_for_admin_change(void);
 extern void le_history_begin(const char *name, int64 term,
 							 const LeIdentity *who, Oid owner,

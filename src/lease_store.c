@@ -51,6 +51,7 @@
 #include "catalog/pg_sequence.h"
 #include "catalog/pg_trigger.h"
 #include "catalog/pg_type.h"
+#include "commands/extension.h"
 #include "commands/sequence.h"
 #include "executor/executor.h"
 #include "executor/spi.h"
@@ -590,6 +591,13 @@ le_store_lock_for_admin_change(void)
 {
 	le_store_load_rels();
 	table_close(le_store_open(le_rels.leases, RowExclusiveLock), NoLock);
+}
+
+/* Is the extension installed in this database (it may have been dropped)? */
+bool
+le_extension_installed(void)
+{
+	return OidIsValid(get_extension_oid("leader_election", true));
 }
 
 /* The OID of leader_election.leases in this database, or InvalidOid. */

@@ -101,7 +101,6 @@
 #include "access/xlog.h"
 #include "catalog/pg_database.h"
 #include "commands/async.h"
-#include "commands/extension.h"
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
 #include "pgstat.h"
@@ -675,7 +674,7 @@ le_notify_listener_ready(void)
 	/* A standby refuses LISTEN, and could not start a notifier anyway. */
 	if (le_notify_shared == NULL || RecoveryInProgress())
 		return;
-	installed = OidIsValid(get_extension_oid("leader_election", true));
+	installed = le_extension_installed();
 	le_lock();
 	qi = le_queue_of_database(installed);
 	if (qi >= 0)

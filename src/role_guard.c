@@ -29,7 +29,6 @@
 #include "catalog/pg_class.h"
 #include "catalog/pg_type.h"
 #include "commands/dbcommands.h"
-#include "commands/extension.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
@@ -70,7 +69,7 @@ le_refuse_drop_of_owner(Oid roleid)
 	int64		ntasks = 0;
 
 	if (!OidIsValid(nsp) ||
-		!OidIsValid(get_extension_oid("leader_election", true)))
+		!le_extension_installed())
 		return;
 	leases = get_relname_relid("leases", nsp);
 	tasks = get_relname_relid("tasks", nsp);

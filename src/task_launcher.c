@@ -598,18 +598,6 @@ le_next_fair_task(int ntasks, const bool *handled, const int *workers)
 	return best;
 }
 
-/* Is the extension installed in this database (it may be dropped)? */
-static bool
-le_extension_installed(void)
-{
-	int			rc;
-
-	rc = SPI_execute("SELECT 1 FROM pg_catalog.pg_extension"
-					 " WHERE extname OPERATOR(pg_catalog.=) 'leader_election'",
-					 true, 1);
-	return rc == SPI_OK_SELECT && SPI_processed == 1;
-}
-
 /*
  * Close the 'running' records of runs whose worker is gone (crash,
  * watchdog, a task disabled or unregistered meanwhile).  Rows being closed

@@ -154,9 +154,9 @@ is_deeply([ grep { $_ ne $notifier } @sender ], [], 'all were sent by that notif
 $node->safe_psql('postgres', 'CREATE DATABASE no_extension');
 $node->safe_psql('postgres', 'CREATE DATABASE with_extension');
 $node->safe_psql('with_extension', 'CREATE EXTENSION leader_election');
-my $plain = $node->background_psql('no_extension', on_error_stop => 0);
+my $plain = le_session($node, 'no_extension');
 $plain->query_safe('LISTEN leader_election');
-my $with = $node->background_psql('with_extension', on_error_stop => 0);
+my $with = le_session($node, 'with_extension');
 $with->query_safe('LISTEN leader_election');
 ok( le_poll($node,
 		q{SELECT count(*) = 1 FROM pg_stat_activity
@@ -170,8 +170,7 @@ ok( !le_wait_until(
 		},
 		2),
 	'a LISTEN in a database without the extension starts no notifier');
-$plain->quit;
-$with->quit;
+le_quit($plain, $with);
 
 le_quit($listener);
 $node->stop;
