@@ -116,6 +116,34 @@ def _connect():
     return conn
 
 
+def cpu_us_of_children(parent):
+    """CPU time (µs, user and system) each child process of `parent` has used
+    so far, from /proc (Linux); {} where /proc cannot tell."""
+    out = {}
+    try:
+        pids = [p for p in os.listdir("/proc") if p.isdigit()]
+    except OSError:
+        return out
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if int(f.read().rsplit(")", 1)[1].split()[1]) != parent:
+                    continue
+            with open(f"/proc/{pid}/schedstat") as f:
+                out[int(pid)] = int(f.read().split()[0]) // 1000
+        except (OSError, ValueError, IndexError):
+            pass
+    return out
+
+
+def postmaster_pid_of(backend_pid):
+    try:
+        with open(f"/proc/{backend_pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def observer_process(names, ready, out):
     """A LISTENer in its own process (no GIL shared with the storm's 250
     client threads): records when each notification arrives, until every
@@ -213,7 +241,9 @@ class Grants(bench.Bench):
         pings during the storm, observer delays ms or None, the same counted after the
         commit completed or None, names not heard, names out of order, ms to the last
         winner's completed commit by the server's clock or None if not every winner's
-        backend was found idle).
+        backend was found idle, and the server's CPU: a dict with the ms every server
+        process used from the terminate until every winner had its answer, and the
+        median µs of one winner's backend, or None where /proc cannot tell).
         The observer and the pinger run in processes of their own."""
         self.round_id += 1
         tag = f"s{self.round_id}_"
@@ -306,9 +336,19 @@ class Grants(bench.Bench):
             pin = ctx.Process(target=pinger_process, args=(pin_stop, pin_ready, pin_q))
             pin.start()
             pin_ready.wait(30)
+        # The server's CPU is where a storm on few cores goes: counted per
+        # process (the holder's exit not included: it is gone at the end).
+        postmaster = postmaster_pid_of(hpid)
+        cpu_before = cpu_us_of_children(postmaster) if postmaster else {}
         t0 = self.q("SELECT extract(epoch FROM clock_timestamp())::float8 FROM pg_terminate_backend(%s)", (hpid,))[0][0]
         for t in threads:
             t.join(90)
+        cpu_after = cpu_us_of_children(postmaster) if postmaster else {}
+        cpu = None
+        if cpu_before and cpu_after:
+            used = {p: cpu_after[p] - cpu_before[p] for p in cpu_after if p in cpu_before}
+            winners = [used[p] for p in pids if p in used]
+            cpu = {"ms": sum(used.values()) / 1000.0, "winner_us": median(winners)}
         pings = []
         if pin:
             pin_stop.set()
@@ -372,7 +412,7 @@ class Grants(bench.Bench):
         own = [(done[i][0] - committed[i]) * 1000.0 for i in done if committed.get(i) is not None]
         self.own_delays.setdefault(kind + ("_in_tx" if in_transaction else ""), []).extend(own)
         return ((last - t0) * 1000.0, (first - t0) * 1000.0, pings, delays, done_delays, missing, out_of_order,
-                server_last)
+                server_last, cpu)
 
     def storms(self):
         key = "storm_250"
@@ -396,6 +436,7 @@ class Grants(bench.Bench):
         res = {k: [] for k in kinds}
         firsts = {k: [] for k in kinds}
         servers = {k: [] for k in kinds}
+        cpus = {k: [] for k in kinds}
         storm_pings = {k: [] for k in kinds}
         ref_delays = []
         ref_done_delays = []
@@ -406,13 +447,15 @@ class Grants(bench.Bench):
         for trial in range(self.storm_trials):
             k = trial % len(kinds)
             for kind in kinds[k:] + kinds[:k]:
-                last_ms, first_ms, pings, d, dd, miss, ooo, server_ms = self.storm_once(
+                last_ms, first_ms, pings, d, dd, miss, ooo, server_ms, cpu = self.storm_once(
                     "advisory" if kind == "advisory" else "ext", observe=kind.startswith("ext_observed"),
                     in_transaction=(kind == "ext_observed_in_tx"), ping=True)
                 res[kind].append(last_ms)
                 firsts[kind].append(first_ms)
                 if server_ms is not None:
                     servers[kind].append(server_ms)
+                if cpu is not None:
+                    cpus[kind].append(cpu)
                 storm_pings[kind] += pings
                 if kind == "ext_observed_in_tx":
                     ref_delays += d
@@ -426,6 +469,7 @@ class Grants(bench.Bench):
                     out_of_order += ooo
                 self.log(f"storm {kind:9} trial {trial}: first winner {first_ms:.1f} ms, last winner {last_ms:.1f} ms"
                          f" (its commit completed at {f1(server_ms)} ms by the server's clock),"
+                         f" server CPU {f1(cpu and cpu['ms'])} ms ({f1(cpu and cpu['winner_us'])} µs per winner),"
                          f" {len(pings)} pings (median {median(pings) or 0:.2f} ms)"
                          + (f", observer delay p50 {median(d):.2f} p99 {pct(d, 99):.2f} ms"
                             f" (after the commit completed: p50 {median(dd) or 0:.2f} p99 {pct(dd, 99) or 0:.2f} ms),"
@@ -451,7 +495,9 @@ class Grants(bench.Bench):
         pinger.close()
         self.results[key] = {k: {"median_ms": median(v), "p99_ms": pct(v, 99), "all_ms": v,
                                  "first_median_ms": median(firsts[k]),
-                                 "server_median_ms": median(servers[k]), "server_all_ms": servers[k]}
+                                 "server_median_ms": median(servers[k]), "server_all_ms": servers[k],
+                                 "server_cpu_median_ms": median([c["ms"] for c in cpus[k]]),
+                                 "winner_cpu_median_us": median([c["winner_us"] for c in cpus[k]])}
                                 for k, v in res.items()}
         self.extra["observer"] = {"delays_ms_p50": median(delays), "delays_ms_p99": pct(delays, 99),
                                   "delays_ms_max": max(delays) if delays else None, "n": len(delays),
@@ -528,6 +574,10 @@ def report(runs):
             ne, na = len(st["ext"].get("server_all_ms", [])), len(st["advisory"].get("server_all_ms", []))
             srv = (f"; the last winner's commit completed, by the server's clock: {se / sa:.2f} × "
                    f"({se:.1f} vs {sa:.1f} ms, {ne} and {na} storms)" if se and sa else "")
+            ce, ca = st["ext"].get("server_cpu_median_ms"), st["advisory"].get("server_cpu_median_ms")
+            we, wa = st["ext"].get("winner_cpu_median_us"), st["advisory"].get("winner_cpu_median_us")
+            srv += (f"; the server's CPU per storm {ce / ca:.2f} × ({ce:.1f} vs {ca:.1f} ms; one winner's backend"
+                    f" {we:.0f} vs {wa:.0f} µs)" if ce and ca and we and wa else "")
             t.append(f"| T10 | storm of 250: last winner ≤ 1.0 × advisory-lock storm (medians) | {x:.2f} × "
                      f"({st['ext']['median_ms']:.1f} vs {st['advisory']['median_ms']:.1f} ms){srv} | {'yes' if x <= 1.0 else 'NO'} |")
         rtt = ex.get("notify_rtt")
@@ -584,12 +634,16 @@ def report(runs):
         if st:
             out += ["### storm_250", "", "ms from pg_terminate_backend of the holder to the last of 250 winners' returns"
                     " (the answer's arrival at its client); \"server\": to the last winner's commit completed"
-                    " (its backend's state_change on going idle, the server's clock).", "",
-                    "| method | trials | first winner (median) ms | last winner median ms | p99 (max) ms | server median ms | all |",
-                    "|---|---:|---:|---:|---:|---:|---|"]
+                    " (its backend's state_change on going idle, the server's clock); \"CPU\": what every"
+                    " server process used from the terminate until every winner had its answer, and one"
+                    " winner's backend (medians, from /proc).", "",
+                    "| method | trials | first winner (median) ms | last winner median ms | p99 (max) ms | server median ms"
+                    " | server CPU ms | CPU per winner µs | all |",
+                    "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
             for k, v in st.items():
                 out.append(f"| {k} | {len(v['all_ms'])} | {f1(v.get('first_median_ms'))} | {f1(v['median_ms'])} | {f1(v['p99_ms'])} | "
-                           f"{f1(v.get('server_median_ms'))} | {', '.join(f'{x:.0f}' for x in v['all_ms'])} |")
+                           f"{f1(v.get('server_median_ms'))} | {f1(v.get('server_cpu_median_ms'))} | "
+                           f"{f1(v.get('winner_cpu_median_us'))} | {', '.join(f'{x:.0f}' for x in v['all_ms'])} |")
             out.append("")
         if rtt:
             out += ["### notify_rtt", "", "An unrelated application's NOTIFY → LISTEN round trip (ms).", "",
