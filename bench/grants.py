@@ -24,7 +24,8 @@ Scenarios:
                   terminate to the last winner's return (its answer's
                   arrival at its client, taken when execute() returns, for
                   both kinds; beside it, by the server's clock, when the
-                  last winner's commit had completed).  Reference: the
+                  last winner's commit had completed, and the server's CPU
+                  from /proc).  Reference: the
                   same with pg_advisory_lock waiters that each commit one
                   row.  An observer (a process of its own) LISTENs on
                   leader_election during ext storms of their own
@@ -116,6 +117,15 @@ def _connect():
     return conn
 
 
+def parent_pid_of(pid):
+    """The parent of process pid, from /proc (Linux); None if it cannot tell."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def cpu_us_of_children(parent):
     """CPU time (µs, user and system) each child process of `parent` has used
     so far, from /proc (Linux); {} where /proc cannot tell."""
@@ -125,23 +135,14 @@ def cpu_us_of_children(parent):
     except OSError:
         return out
     for pid in pids:
+        if parent_pid_of(pid) != parent:
+            continue
         try:
-            with open(f"/proc/{pid}/stat") as f:
-                if int(f.read().rsplit(")", 1)[1].split()[1]) != parent:
-                    continue
             with open(f"/proc/{pid}/schedstat") as f:
                 out[int(pid)] = int(f.read().split()[0]) // 1000
         except (OSError, ValueError, IndexError):
             pass
     return out
-
-
-def postmaster_pid_of(backend_pid):
-    try:
-        with open(f"/proc/{backend_pid}/stat") as f:
-            return int(f.read().rsplit(")", 1)[1].split()[1])
-    except (OSError, ValueError, IndexError):
-        return None
 
 
 def observer_process(names, ready, out):
@@ -338,16 +339,16 @@ class Grants(bench.Bench):
             pin_ready.wait(30)
         # The server's CPU is where a storm on few cores goes: counted per
         # process (the holder's exit not included: it is gone at the end).
-        postmaster = postmaster_pid_of(hpid)
+        postmaster = parent_pid_of(hpid)
         cpu_before = cpu_us_of_children(postmaster) if postmaster else {}
         t0 = self.q("SELECT extract(epoch FROM clock_timestamp())::float8 FROM pg_terminate_backend(%s)", (hpid,))[0][0]
         for t in threads:
             t.join(90)
         cpu_after = cpu_us_of_children(postmaster) if postmaster else {}
         cpu = None
-        if cpu_before and cpu_after:
-            used = {p: cpu_after[p] - cpu_before[p] for p in cpu_after if p in cpu_before}
-            winners = [used[p] for p in pids if p in used]
+        used = {p: cpu_after[p] - cpu_before[p] for p in cpu_after if p in cpu_before}
+        winners = [used[p] for p in pids if p in used]
+        if winners:
             cpu = {"ms": sum(used.values()) / 1000.0, "winner_us": median(winners)}
         pings = []
         if pin:
