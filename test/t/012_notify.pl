@@ -11,7 +11,6 @@
 use strict;
 use warnings;
 use lib 'test/t';
-use JSON::PP;
 use LeaderElectionTest;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
@@ -53,13 +52,10 @@ sub next_event
 	my $found;
 	le_wait_until(
 		sub {
-			my $out = $listener->query_safe('SELECT 1');
-			while ($out =~
-				/^Asynchronous notification "leader_election" with payload "(.*)" received from server process with PID (\d+)\.$/mg
-			  )
+			for my $n (le_notifications($listener->query_safe('SELECT 1')))
 			{
-				push @seen,   decode_json($1);
-				push @sender, $2;
+				push @seen,   $n->{payload};
+				push @sender, $n->{pid};
 			}
 			for my $i (0 .. $#seen)
 			{

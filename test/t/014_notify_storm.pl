@@ -101,13 +101,10 @@ sub listener
 sub drain
 {
 	my ($l) = @_;
-	my $out = $l->{session}->query_safe('SELECT 1');
-	while ($out =~
-		/^Asynchronous notification "leader_election" with payload "(.*)" received from server process with PID (\d+)\.$/mg
-	  )
+	for my $n (le_notifications($l->{session}->query_safe('SELECT 1')))
 	{
-		push @{ $l->{seen} }, decode_json($1);
-		$l->{pids}{$2}++;
+		push @{ $l->{seen} }, $n->{payload};
+		$l->{pids}{ $n->{pid} }++;
 	}
 }
 

@@ -63,7 +63,7 @@ sub release_commit
 sub heard
 {
 	my ($out) = @_;
-	return [ $out =~ /^Asynchronous notification "leader_election" with payload "\{"name":"([^"]+)"/mg ];
+	return [ map { $_->{payload}{name} } le_notifications($out) ];
 }
 
 # ---- 1. nobody listens: the grant takes no NOTIFY lock ----

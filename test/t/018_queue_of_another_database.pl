@@ -38,7 +38,8 @@ sub heard
 	my ($s) = @_;
 	my $out = $s->query_safe('SELECT 1');
 	$s->{le_heard} .= $out;
-	return [ $s->{le_heard} =~ /^Asynchronous notification "leader_election" with payload "\{"name":"([^"]+)","event":"elected"/mg ];
+	return [ map { $_->{payload}{name} }
+		  grep { $_->{payload}{event} eq 'elected' } le_notifications($s->{le_heard}) ];
 }
 
 sub heard_name

@@ -15,6 +15,7 @@ use strict;
 use warnings;
 
 use Exporter 'import';
+use JSON::PP;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
@@ -22,7 +23,8 @@ use Time::HiRes qw(usleep time);
 
 our @EXPORT = qw(le_node le_sqlstate le_poll le_wait_until le_session
   le_send le_collect le_finished le_quit le_wait_sleeping le_psql_pid
-  le_kill9 le_start_wait le_wake_ms le_now le_task_role le_worker_pid);
+  le_kill9 le_start_wait le_wake_ms le_now le_task_role le_worker_pid
+  le_notifications);
 
 # Seconds any single wait may take before the test gives up on it.  Generous:
 # the machine may be busy with other test suites.
@@ -243,6 +245,23 @@ sub le_wake_ms
 		SELECT round(extract(epoch FROM acquired_at - '$since'::timestamptz) * 1000, 1)
 		  FROM leader_election.history WHERE name = '$name'
 		 ORDER BY term DESC LIMIT 1});
+}
+
+# le_notifications(text): the notifications on channel leader_election that
+# psql printed in `text` (it prints those that arrived after each command),
+# in order, each { payload => the decoded JSON payload, pid => the sending
+# backend's pid }.  The one place the tests read psql's notification lines.
+sub le_notifications
+{
+	my ($text) = @_;
+	my @found;
+	while ($text =~
+		/^Asynchronous notification "leader_election" with payload "(.*)" received from server process with PID (\d+)\.$/mg
+	  )
+	{
+		push @found, { payload => decode_json($1), pid => $2 };
+	}
+	return @found;
 }
 
 # le_task_role(node, role): a LOGIN role that may use leases and tasks.
