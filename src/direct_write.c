@@ -241,12 +241,16 @@ le_planned_check(const char *ccbin)
 	return le_kept_checks[le_kept_check_count++].planned;
 }
 
+static pg_atomic_uint64 *le_insert_hint(Relation rel);
+
 /*
- * Do now what le_direct_update's first call in this backend would do for
- * rel (a waiter, before it sleeps, for the takeover it may make): plan the
- * CHECK constraints that can be kept, and build the relation's description
- * of the publications it is in (which the replica identity check reads;
- * the relcache keeps it until an invalidation).
+ * Do now what le_direct_update's and le_direct_insert's first calls in
+ * this backend would do for rel (a waiter, before it sleeps, for the
+ * takeover it may make): plan the CHECK constraints that can be kept,
+ * build the relation's description of the publications it is in (which
+ * the replica identity check reads; the relcache keeps it until an
+ * invalidation), and read rel's insert hint, so that the page of shared
+ * memory it is on is mapped into this backend already.
  */
 void
 le_direct_prepare(Relation rel)
@@ -255,8 +259,11 @@ le_direct_prepare(Relation rel)
 	int			n = constr == NULL ? 0 : constr->num_check;
 	char	  **texts = palloc(sizeof(char *) * Max(n, 1));
 	PublicationDesc pubdesc;
+	pg_atomic_uint64 *hint = le_insert_hint(rel);
 
 	RelationBuildPublicationDesc(rel, &pubdesc);
+	if (hint != NULL)
+		(void) pg_atomic_read_u64(hint);
 
 	for (int i = 0; i < n; i++)
 		texts[i] = pstrdup(constr->check[i].ccbin);

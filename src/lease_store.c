@@ -242,6 +242,7 @@ le_store_invalidate(Datum arg, Oid relid)
  */
 static void le_history_trim(const char *name);
 static void le_history_trim_in_own_call(const char *name);
+static void le_get_client_addr(Datum *value, char *null);
 static bool le_store_history_max_term_by_index(const char *name, int64 *max_term,
 											   int64 *count);
 
@@ -1210,6 +1211,8 @@ le_store_prepare_takeover(const char *name)
 		LeaseRow	row;
 		int64		max_term;
 		int64		count;
+		Datum		addr;
+		char		addr_null;
 
 		le_direct_prepare(history);
 		le_direct_prepare(leases);
@@ -1223,6 +1226,8 @@ le_store_prepare_takeover(const char *name)
 		le_store_read(name, &row);
 		(void) le_store_history_max_term_by_index(name, &max_term, &count);
 		le_prepare_terms_counter();
+		/* The client address the new row records, looked up once. */
+		le_get_client_addr(&addr, &addr_null);
 		return;
 	}
 	le_spi_begin(&call);
