@@ -216,6 +216,22 @@ SELECT leader_election.move_leader('ev', 'host-a') AS moved;
 SELECT try_acquire_leader('ev', '1 minute', 'host-a') AS acquired;
 \qecho -- nothing for a false answer
 SELECT set_leader_info('ev', '{}', 'host-b') AS not_holder;
+\qecho -- the same info again in a term, in one transaction: every event heard,
+\qecho -- the repeated one with a trailing space
+BEGIN;
+SELECT set_leader_info('ev', '{"v": "A"}', 'host-a') AS a;
+SELECT set_leader_info('ev', '{"v": "B"}', 'host-a') AS b;
+SELECT set_leader_info('ev', '{"v": "A"}', 'host-a') AS a_again;
+COMMIT;
+\qecho -- the first holder of a reserved name: elected with reason none
+SELECT leader_election.assign_name('reserved-ev', current_user::regrole) AS reserved;
+SELECT try_acquire_leader('reserved-ev', '1 minute', 'host-a') AS acquired;
+\qecho -- a release by an administrator after a grant, in one transaction: in term order
+BEGIN;
+SELECT try_acquire_leader('admin-ev', '1 minute', 'host-a') AS acquired;
+SELECT leader_election.release_name('admin-ev') AS released_by_admin;
+SELECT try_acquire_leader('admin-ev', '1 minute', 'host-b') AS acquired;
+COMMIT;
 \o
 UNLISTEN leader_election;
 RESET leader_election.notify_delivery;

@@ -292,6 +292,14 @@ COMMENT ON FUNCTION leader_election.admin_change_begin(text) IS
     'For the name administration functions: check the name, refuse read-only transactions, wake waiters on the name at commit; returns the name';
 REVOKE ALL ON FUNCTION leader_election.admin_change_begin(text) FROM PUBLIC;
 
+CREATE FUNCTION leader_election.admin_note_released(name text, holder text, term bigint)
+    RETURNS void
+    AS 'MODULE_PATHNAME', 'le_admin_note_released'
+    LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
+COMMENT ON FUNCTION leader_election.admin_note_released(text, text, bigint) IS
+    'For the name administration functions: send the released event of the term just ended, as every change of leader sends its event; needs the name''s writer lock';
+REVOKE ALL ON FUNCTION leader_election.admin_note_released(text, text, bigint) FROM PUBLIC;
+
 -- End the current lease of a locked row, as release_leader() would.
 -- The name administration functions below keep no variable of the table's
 -- row type: PL/pgSQL resolves such a type when it compiles the function,
@@ -315,10 +323,7 @@ BEGIN
     UPDATE leader_election.leases AS l
        SET holder = NULL, expires_at = ended, session_pid = NULL, session_start = NULL
      WHERE l.name OPERATOR(pg_catalog.=) lease_name;
-    PERFORM pg_catalog.pg_notify('leader_election',
-        pg_catalog.format('{"name":%s,"event":"released","holder":%s,"term":%s,"reason":"released"}',
-                          pg_catalog.to_json(lease_name), pg_catalog.to_json(lease_holder),
-                          lease_term));
+    PERFORM leader_election.admin_note_released(lease_name, lease_holder, lease_term);
 END
 $le_admin_end_lease$;
 COMMENT ON FUNCTION leader_election.admin_end_lease(text, text, bigint) IS

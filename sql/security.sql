@@ -105,9 +105,9 @@ SELECT name, term, holder, end_reason FROM leader_election.history WHERE name = 
 SET ROLE regress_le_mallory;
 SELECT pg_temp.try($$SELECT try_acquire_leader('reports', '7 days', 'squatter')$$) AS squatter_renews;
 RESET ROLE;
--- (Sent by the notifier worker, this takeover's notification could reach
--- the LISTEN below, or be sent by release_name's transaction first
--- (notify_queue.c, N3); in_transaction keeps this file's output one way.)
+-- (Sent by the notifier worker just after its commit, this takeover's
+-- notification could reach the LISTEN below; in_transaction keeps this
+-- file's output one way.)
 SET leader_election.notify_delivery = in_transaction;
 SET ROLE regress_le_victim;
 SELECT try_acquire_leader('reports', '1 minute', 'victim-host') AS victim_takes_over,

@@ -43,6 +43,7 @@
 #include "fmgr.h"
 #include "storage/lock.h"
 #include "utils/relcache.h"
+#include "utils/reltrigger.h"
 
 /* Limits, documented in the README. */
 #define LE_MAX_NAME_BYTES		255
@@ -166,6 +167,19 @@ extern bool le_session_alive(const char *holder, int32 pid, TimestampTz started)
 extern bool le_is_own_session(int32 pid, TimestampTz started);
 extern TimestampTz le_session_start_value(void);
 
+/* owner_rights.c */
+typedef struct LeOwnerRights
+{
+	Oid			save_userid;
+	int			save_sec_context;
+	int			guc_nest_level; /* -1 unless search_path was set (O2) */
+} LeOwnerRights;
+extern bool le_rel_runs_added_code(Relation rel,
+								   bool (*is_own_trigger) (const Trigger *trigger));
+extern void le_owner_rights_begin(LeOwnerRights *rights, Oid owner,
+								  bool added_code);
+extern void le_owner_rights_end(LeOwnerRights *rights);
+
 /* direct_write.c */
 extern bool le_direct_insert_allowed(Relation rel, Oid only_index,
 									 bool only_our_triggers);
@@ -178,6 +192,7 @@ extern TM_Result le_direct_update(Relation rel, Relation idx,
 								  ItemPointer otid, HeapTuple newtup);
 
 /* lease_store.c */
+extern bool le_store_is_own_trigger(const Trigger *t);
 extern void le_store_read(const char *name, LeaseRow *row);
 extern void le_store_read_for_answer(const char *name, LeaseRow *row);
 extern void le_store_read_row_for_answer(const char *name, LeaseRow *row);
@@ -251,6 +266,7 @@ extern bool le_lease_valid(const LeaseRow *row, TimestampTz now);
 extern bool le_try_acquire(const char *name, int64 ttl_usecs,
 						   const LeIdentity *who, TimestampTz *retry_at);
 extern void le_lock_name_writer(const char *name);
+extern bool le_holds_name_writer(const char *name);
 extern void le_claim_name(const char *name);
 extern bool le_try_acquire_in_statement(const char *name, int64 ttl_usecs,
 										const LeIdentity *who);
@@ -351,7 +367,6 @@ extern void le_notify_register_callbacks(void);
 extern void le_notify(const char *name, const char *event, const char *holder,
 					  int64 term, const char *reason, const char *info,
 					  const char *successor);
-extern void le_notify_flush_into_transaction(void);
 extern void le_notify_listener_ready(void);
 
 /* listeners.c */

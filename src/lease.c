@@ -197,6 +197,16 @@ le_lock_name_writer(const char *name)
 	(void) le_lock_writer(name, true);
 }
 
+/* Does this transaction hold the name's writer lock? */
+bool
+le_holds_name_writer(const char *name)
+{
+	LOCKTAG		tag;
+
+	le_writer_locktag(&tag, name);
+	return le_lock_held_by_me(&tag, ExclusiveLock);
+}
+
 /*
  * Give the writer lock back when this call wrote nothing.  If an earlier
  * call in this transaction wrote, the lock count keeps it held.
@@ -545,8 +555,9 @@ le_take_over(const char *name, int64 ttl_usecs, const LeIdentity *who,
 	le_store_take_over_with_history(name, who, locked.owner, locked.term, term,
 									now, now + ttl_usecs,
 									locked.holder != NULL, ended_at, reason);
-	le_notify(name, "elected", who->holder, term, le_end_reason_names[reason],
-			  NULL, NULL);
+	/* Term 0 was never held (a name reserved by assign_name or register_task). */
+	le_notify(name, "elected", who->holder, term,
+			  locked.term == 0 ? "none" : le_end_reason_names[reason], NULL, NULL);
 	le_stats_count(LE_STAT_GRANTS);
 	if (locked.holder != NULL && reason == LE_END_EXPIRED)
 		le_stats_count(LE_STAT_TAKEOVERS_EXPIRED);

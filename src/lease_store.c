@@ -152,6 +152,7 @@ typedef struct LeStoreRels
 	Oid			leases_pkey;
 	Oid			terms_seq;		/* leader_election.terms (I2) */
 	Oid			table_owner;
+	bool		added_code;		/* a table written carries added code (O2) */
 	bool		cache_triggers_ok;	/* the lease cache's triggers are in place */
 	bool		fast_path_ok;	/* the table has its installed shape */
 	bool		history_direct_ok;	/* history rows may skip the executor */
@@ -440,6 +441,30 @@ le_store_has_installed_shape(Relation rel, bool only_our_triggers)
 	return ok;
 }
 
+/* The leases table's own triggers: the lease cache's two. */
+bool
+le_store_is_own_trigger(const Trigger *t)
+{
+	return le_store_is_cache_trigger(t, true, TRIGGER_TYPE_INSERT |
+									 TRIGGER_TYPE_UPDATE | TRIGGER_TYPE_DELETE) ||
+		le_store_is_cache_trigger(t, false, TRIGGER_TYPE_TRUNCATE);
+}
+
+/* le_rel_runs_added_code for another table the extension writes. */
+static bool
+le_store_rel_runs_added_code(Oid relid)
+{
+	Relation	rel;
+	bool		added;
+
+	if (!OidIsValid(relid))
+		return false;
+	rel = le_store_open(relid, AccessShareLock);
+	added = le_rel_runs_added_code(rel, NULL);
+	table_close(rel, NoLock);
+	return added;
+}
+
 /*
  * Does the table fire no trigger but internal ones, and have no rule?  The
  * extension's own statements write history, leader_info and handovers too;
@@ -529,6 +554,10 @@ le_store_load_rels_once(void)
 		le_store_rel_runs_no_user_code(le_rels.handovers);
 	le_rels.fast_path_ok = le_store_has_installed_shape(rel, only_ours) &&
 		le_direct_insert_allowed(rel, le_rels.leases_pkey, true);
+	le_rels.added_code = le_rel_runs_added_code(rel, le_store_is_own_trigger) ||
+		le_store_rel_runs_added_code(le_rels.history) ||
+		le_store_rel_runs_added_code(le_rels.leader_info) ||
+		le_store_rel_runs_added_code(le_rels.handovers);
 	table_close(rel, NoLock);
 	le_rels.history_direct_ok = false;
 	if (OidIsValid(le_rels.history) && OidIsValid(le_rels.history_pkey))
@@ -1049,8 +1078,7 @@ static SPIPlanPtr le_plans[STMT_COUNT];
 typedef struct LeSpiCall
 {
 	MemoryContext caller_cxt;
-	Oid			save_userid;
-	int			save_sec_context;
+	LeOwnerRights rights;
 } LeSpiCall;
 
 static void
@@ -1060,15 +1088,13 @@ le_spi_begin(LeSpiCall *call)
 	call->caller_cxt = CurrentMemoryContext;
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
-	GetUserIdAndSecContext(&call->save_userid, &call->save_sec_context);
-	SetUserIdAndSecContext(le_rels.table_owner,
-						   call->save_sec_context | SECURITY_LOCAL_USERID_CHANGE);
+	le_owner_rights_begin(&call->rights, le_rels.table_owner, le_rels.added_code);
 }
 
 static void
 le_spi_end(LeSpiCall *call)
 {
-	SetUserIdAndSecContext(call->save_userid, call->save_sec_context);
+	le_owner_rights_end(&call->rights);
 	SPI_finish();
 }
 
@@ -1360,8 +1386,7 @@ le_store_insert_direct(Datum *v, const char *n)
 	bool		ln[LEASE_NCOLS];
 	Datum		hv[HISTORY_NCOLS];
 	bool		hn[HISTORY_NCOLS] = {0};
-	Oid			save_userid;
-	int			save_sec_context;
+	LeOwnerRights rights;
 
 	le_store_load_rels();
 	if (!le_rels.fast_path_ok || !le_rels.history_direct_ok)
@@ -1396,12 +1421,10 @@ le_store_insert_direct(Datum *v, const char *n)
 	hv[HCOL_ACQUIRED_AT] = v[4];
 	hn[HCOL_ENDED_AT] = hn[HCOL_END_REASON] = true;
 
-	GetUserIdAndSecContext(&save_userid, &save_sec_context);
-	SetUserIdAndSecContext(le_rels.table_owner,
-						   save_sec_context | SECURITY_LOCAL_USERID_CHANGE);
+	le_owner_rights_begin(&rights, le_rels.table_owner, le_rels.added_code);
 	le_direct_insert(leases, leases_pkey, lv, ln);
 	le_direct_insert(history, history_pkey, hv, hn);
-	SetUserIdAndSecContext(save_userid, save_sec_context);
+	le_owner_rights_end(&rights);
 
 	index_close(history_pkey, NoLock);
 	index_close(leases_pkey, NoLock);
@@ -1625,8 +1648,7 @@ le_store_take_over_direct(const char *name, const LeIdentity *who, Oid owner,
 	bool		shouldfree;
 	HeapTuple	oldtup;
 	HeapTuple	newtup;
-	Oid			save_userid;
-	int			save_sec_context;
+	LeOwnerRights rights;
 
 	if (IsolationUsesXactSnapshot() || le_history_max_terms <= 0 ||
 		!le_rels.fast_path_ok || !le_rels.history_direct_ok)
@@ -1667,9 +1689,7 @@ le_store_take_over_direct(const char *name, const LeIdentity *who, Oid owner,
 	for (int i = COL_HOLDER; i < LEASE_NCOLS; i++)
 		replace[i] = true;
 
-	GetUserIdAndSecContext(&save_userid, &save_sec_context);
-	SetUserIdAndSecContext(le_rels.table_owner,
-						   save_sec_context | SECURITY_LOCAL_USERID_CHANGE);
+	le_owner_rights_begin(&rights, le_rels.table_owner, le_rels.added_code);
 
 	/* The old term ends, if it had a holder and its row is still open. */
 	if (end_old)
@@ -1737,7 +1757,7 @@ le_store_take_over_direct(const char *name, const LeIdentity *who, Oid owner,
 	hn[HCOL_ENDED_AT] = hn[HCOL_END_REASON] = true;
 	le_direct_insert(history, history_pkey, hv, hn);
 
-	SetUserIdAndSecContext(save_userid, save_sec_context);
+	le_owner_rights_end(&rights);
 	index_close(history_pkey, NoLock);
 	table_close(history, NoLock);
 	le_lookup_end(&lk);

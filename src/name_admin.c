@@ -16,9 +16,12 @@
  *	    waiters in wait_for_leadership() wake at commit instead of at the
  *	    old lease's expiry, and PREPARE TRANSACTION is refused as after any
  *	    other write of a lease;
- *	  - move the notifications still queued for LISTENers into this
- *	    transaction (notify_queue.c, N3), so that the pg_notify of the SQL
- *	    half reaches them after every earlier change of the name.
+ *	  - take the name's writer lock, held to the end of the transaction,
+ *	    as every other change of the name does (lease.c, I1);
+ *	  - and, once a term was ended, keep its "released" event to be sent
+ *	    like every other event (notify_queue.c: after the transaction
+ *	    commits, after every earlier event of the name and before every
+ *	    later one, N1).
  *
  * This file must never decide who may do what: the right to call the
  * administrator's functions is EXECUTE on them, granted by a superuser.
@@ -35,6 +38,7 @@
 #include "leader_election.h"
 
 PG_FUNCTION_INFO_V1(le_admin_change_begin);
+PG_FUNCTION_INFO_V1(le_admin_note_released);
 
 /* leader_election.admin_change_begin(name text) returns text: the name */
 Datum
@@ -46,8 +50,29 @@ le_admin_change_begin(PG_FUNCTION_ARGS)
 	PreventCommandIfReadOnly("a change of a lease name");
 	le_store_lock_for_admin_change();
 	le_lock_name_writer(name);
-	le_notify_flush_into_transaction();
 	le_xact_touched(name);
 	le_commit_note_write(name, 0);
 	PG_RETURN_TEXT_P(cstring_to_text(name));
+}
+
+/*
+ * leader_election.admin_note_released(name text, holder text, term bigint):
+ * the "released" event of the term an administrator's function just ended.
+ * Only under the name's writer lock (admin_change_begin), which keeps the
+ * event in its place among the name's events.
+ */
+Datum
+le_admin_note_released(PG_FUNCTION_ARGS)
+{
+	char	   *name = le_checked_name(fcinfo, 0);
+	char	   *holder = text_to_cstring(PG_GETARG_TEXT_PP(1));
+	int64		term = PG_GETARG_INT64(2);
+
+	if (!le_holds_name_writer(name))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("the released event of lease \"%s\" needs the name's writer lock", name),
+				 errhint("Call leader_election.admin_change_begin first.")));
+	le_notify(name, "released", holder, term, "released", NULL, NULL);
+	PG_RETURN_VOID();
 }

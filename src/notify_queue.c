@@ -67,16 +67,16 @@
  *     ends every LISTENing session, so no listener that stays connected
  *     misses one.
  *
- * N3  The administrator's name functions send their NOTIFY in SQL
- *     (pg_notify); admin_change_begin first moves every queued event into
- *     that transaction (le_notify_flush_into_transaction), so N1 holds.
- *     That transaction then holds the sender lock to its end: the notifier
- *     and transactions that send their own events wait for it (a deadlock
- *     with one of them, should the admin transaction go on to wait for its
- *     locks, is found by the deadlock detector).  If the subtransaction
- *     that took them aborts (a savepoint, an exception block), its NOTIFYs
- *     are thrown away and its sender lock given back: what it took stays
- *     queued (le_consumed_parts).
+ * N3  Every event goes through le_notify, the administrator's name
+ *     functions' too (name_admin.c), so N1 and N2 hold for all of them,
+ *     and a transaction's events are sent in the order it made them.
+ *     Queued events are taken only at the top level of a transaction (the
+ *     notifier's batch, or PRE_COMMIT under N2), never in a subtransaction
+ *     whose abort would throw their NOTIFYs away.
+ *
+ * N4  Every event is heard, even one equal to an earlier one: PostgreSQL
+ *     drops a NOTIFY equal to one its transaction already sent, so a
+ *     repeated payload is made distinct with trailing spaces (le_send).
  *
  * While no session has run LISTEN leader_election (listeners.c, L1), a
  * transaction still reserves room at PRE_COMMIT (whether or not a notifier
@@ -101,6 +101,7 @@
 #include "access/xlog.h"
 #include "catalog/pg_database.h"
 #include "commands/async.h"
+#include "common/hashfn.h"
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
 #include "pgstat.h"
@@ -114,6 +115,7 @@
 #include "storage/shmem.h"
 #include "tcop/tcopprot.h"
 #include "utils/guc.h"
+#include "utils/hsearch.h"
 #include "utils/json.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
@@ -187,21 +189,24 @@ static Size le_reserved = 0;
 static int	le_reserved_queue = -1;
 
 /*
- * Bytes of queued events this transaction sends itself: removed at its
- * commit.  Taken per (sub)transaction level (le_consumed_parts, in
- * TopTransactionContext), because a subtransaction that aborts throws its
- * NOTIFYs away and gives back its sender lock: what it took must stay
- * queued (le_notify_subxact_callback).
+ * The payloads this transaction has sent with NOTIFY (le_send): per hash of
+ * a payload, how many.  In TopTransactionContext; NULL until the first.
  */
-typedef struct LeConsumedPart
+typedef struct LeSentCount
 {
-	int			nest_level;
-	Size		bytes;
-} LeConsumedPart;
+	uint32		hash;			/* the key */
+	int			sent;
+} LeSentCount;
 
+static HTAB *le_sent = NULL;
+
+/*
+ * Bytes of queued events this transaction sends itself, from the head of
+ * queue le_consumed_queue: removed from it at the commit (N3: taken only
+ * at the top level).
+ */
 static Size le_consumed = 0;
 static int	le_consumed_queue = -1;
-static List *le_consumed_parts = NIL;
 
 /* ---- shared memory ---- */
 
@@ -327,6 +332,54 @@ le_lock_sender(void)
  * N1: send, in this transaction, up to max of the queued events not yet
  * taken by it; they leave the queue when it commits.  Returns how many.
  */
+/*
+ * NOTIFY payload in this transaction (N4).  PostgreSQL drops a NOTIFY
+ * whose channel and payload equal one the transaction already sent, and
+ * two events can be equal: the same info published again in a term (A,
+ * then B, then A) and sent in one notifier batch or one transaction.  So a
+ * payload sent for the k-th time in a transaction gets k - 1 trailing
+ * spaces, insignificant in JSON.  Counted per hash of the payload: two
+ * payloads whose hashes collide only get spaces they did not need, and no
+ * payload ends with a space, so the texts sent stay distinct.  Only info
+ * events repeat, and a notifier batch holds at most LE_NOTIFY_BATCH
+ * events, so the spaces keep the payload under NOTIFY's 8000 bytes (the
+ * largest info event is about 5 kB).
+ */
+static void
+le_send(const char *payload)
+{
+	uint32		hash = hash_bytes((const unsigned char *) payload, strlen(payload));
+	LeSentCount *count;
+	bool		found;
+
+	if (le_sent == NULL)
+	{
+		HASHCTL		ctl;
+
+		ctl.keysize = sizeof(uint32);
+		ctl.entrysize = sizeof(LeSentCount);
+		ctl.hcxt = TopTransactionContext;
+		le_sent = hash_create("leader_election sent notifications", 64, &ctl,
+							  HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+	}
+	count = hash_search(le_sent, &hash, HASH_ENTER, &found);
+	if (!found)
+		count->sent = 0;
+	if (count->sent == 0)
+		Async_Notify(LE_NOTIFY_CHANNEL, payload);
+	else
+	{
+		StringInfoData buf;
+
+		initStringInfo(&buf);
+		appendStringInfoString(&buf, payload);
+		appendStringInfoSpaces(&buf, count->sent);
+		Async_Notify(LE_NOTIFY_CHANNEL, buf.data);
+		pfree(buf.data);
+	}
+	count->sent++;
+}
+
 static int
 le_take_queued(int qi, int max)
 {
@@ -363,17 +416,7 @@ le_take_queued(int qi, int max)
 	copy = palloc(Max(to - from, 1));
 	le_ring_read(q, from, copy, to - from);
 	le_unlock();
-	if (to > from)
-	{
-		LeConsumedPart *part = MemoryContextAlloc(TopTransactionContext,
-												  sizeof(LeConsumedPart));
-		MemoryContext old = MemoryContextSwitchTo(TopTransactionContext);
-
-		part->nest_level = GetCurrentTransactionNestLevel();
-		part->bytes = to - from;
-		le_consumed_parts = lappend(le_consumed_parts, part);
-		MemoryContextSwitchTo(old);
-	}
+	Assert(GetCurrentTransactionNestLevel() == 1);
 	le_consumed += to - from;
 	le_consumed_queue = qi;
 	for (p = copy; p < copy + (to - from);)
@@ -381,7 +424,7 @@ le_take_queued(int qi, int max)
 		uint32		len;
 
 		memcpy(&len, p, sizeof(len));
-		Async_Notify(LE_NOTIFY_CHANNEL, p + LE_ENTRY_HEADER);
+		le_send(p + LE_ENTRY_HEADER);
 		p += LE_ENTRY_SIZE(len);
 	}
 	pfree(copy);
@@ -465,7 +508,7 @@ le_notify(const char *name, const char *event, const char *holder,
 	if (le_notify_shared == NULL)
 	{
 		/* Not preloaded: NOTIFY in this transaction, as in 1.0. */
-		Async_Notify(LE_NOTIFY_CHANNEL, buf.data);
+		le_send(buf.data);
 		pfree(buf.data);
 		return;
 	}
@@ -478,21 +521,6 @@ le_notify(const char *name, const char *event, const char *holder,
 	old = MemoryContextSwitchTo(TopTransactionContext);
 	le_pending = lappend(le_pending, p);
 	MemoryContextSwitchTo(old);
-}
-
-/* N3: move every queued event of this database into this transaction. */
-void
-le_notify_flush_into_transaction(void)
-{
-	int			qi;
-
-	if (le_notify_shared == NULL)
-		return;
-	le_lock();
-	qi = le_queue_of_database(false);
-	le_unlock();
-	if (qi >= 0)
-		(void) le_take_queued(qi, INT_MAX);
 }
 
 /*
@@ -584,7 +612,7 @@ le_pre_commit(void)
 	if (qi >= 0 && queued_before)
 		(void) le_take_queued(qi, INT_MAX);
 	foreach(lc, le_pending)
-		Async_Notify(LE_NOTIFY_CHANNEL, ((LePendingEvent *) lfirst(lc))->payload);
+		le_send(((LePendingEvent *) lfirst(lc))->payload);
 	le_pending = NIL;
 }
 
@@ -736,11 +764,11 @@ le_notify_xact_callback(XactEvent event, void *arg)
 			return;
 	}
 	le_pending = NIL;
+	le_sent = NULL;
 	le_reserved = 0;
 	le_reserved_queue = -1;
 	le_consumed = 0;
 	le_consumed_queue = -1;
-	le_consumed_parts = NIL;
 }
 
 static void
@@ -760,20 +788,6 @@ le_notify_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 			le_pending = foreach_delete_current(le_pending, lc);
 		else if (event == SUBXACT_EVENT_COMMIT_SUB)
 			p->nest_level = level - 1;
-	}
-	foreach(lc, le_consumed_parts)
-	{
-		LeConsumedPart *part = lfirst(lc);
-
-		if (part->nest_level < level)
-			continue;
-		if (event == SUBXACT_EVENT_ABORT_SUB)
-		{
-			le_consumed -= part->bytes;
-			le_consumed_parts = foreach_delete_current(le_consumed_parts, lc);
-		}
-		else if (event == SUBXACT_EVENT_COMMIT_SUB)
-			part->nest_level = level - 1;
 	}
 }
 

@@ -16,13 +16,14 @@
  * loaded the library (all of them with shared_preload_libraries), and it
  * sees only the database where DROP ROLE runs.  It must never change
  * anything, and it reads with the tables' owner's rights (a role with
- * CREATEROLE need not be able to read them).
+ * CREATEROLE need not be able to read them), as owner_rights.c says.
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
 #include "access/htup_details.h"
+#include "access/relation.h"
 #include "catalog/namespace.h"
 #include "catalog/objectaccess.h"
 #include "catalog/pg_authid.h"
@@ -33,23 +34,30 @@
 #include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
+#include "utils/rel.h"
 #include "utils/syscache.h"
 
 #include "leader_election.h"
 
 static object_access_hook_type le_prev_object_access_hook = NULL;
 
-/* Owner of relation relid, or InvalidOid if there is no such relation. */
+/*
+ * Owner of relation relid, and whether reading it could run code an
+ * administrator added (owner_rights.c); InvalidOid if there is no such
+ * relation.
+ */
 static Oid
-le_relation_owner(Oid relid)
+le_relation_owner(Oid relid, bool (*is_own_trigger) (const Trigger *trigger),
+				  bool *added_code)
 {
-	HeapTuple	tup = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
+	Relation	rel = try_relation_open(relid, AccessShareLock);
 	Oid			owner;
 
-	if (!HeapTupleIsValid(tup))
+	if (rel == NULL)
 		return InvalidOid;
-	owner = ((Form_pg_class) GETSTRUCT(tup))->relowner;
-	ReleaseSysCache(tup);
+	owner = rel->rd_rel->relowner;
+	*added_code |= le_rel_runs_added_code(rel, is_own_trigger);
+	relation_close(rel, NoLock);
 	return owner;
 }
 
@@ -60,8 +68,8 @@ le_refuse_drop_of_owner(Oid roleid)
 	Oid			leases;
 	Oid			tasks;
 	Oid			table_owner;
-	Oid			save_userid;
-	int			save_sec_context;
+	bool		added_code = false;
+	LeOwnerRights rights;
 	Oid			argtypes[1] = {OIDOID};
 	Datum		args[1];
 	bool		isnull;
@@ -75,17 +83,15 @@ le_refuse_drop_of_owner(Oid roleid)
 	tasks = get_relname_relid("tasks", nsp);
 	if (!OidIsValid(leases) || !OidIsValid(tasks))
 		return;
-	table_owner = le_relation_owner(leases);
-	if (!OidIsValid(table_owner))
+	table_owner = le_relation_owner(leases, le_store_is_own_trigger, &added_code);
+	if (!OidIsValid(table_owner) ||
+		!OidIsValid(le_relation_owner(tasks, NULL, &added_code)))
 		return;
 
 	args[0] = ObjectIdGetDatum(roleid);
-	GetUserIdAndSecContext(&save_userid, &save_sec_context);
-	SetUserIdAndSecContext(table_owner,
-						   save_sec_context | SECURITY_LOCAL_USERID_CHANGE |
-						   SECURITY_RESTRICTED_OPERATION);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
+	le_owner_rights_begin(&rights, table_owner, added_code);
 	if (SPI_execute_with_args("SELECT (SELECT pg_catalog.count(*) FROM leader_election.leases AS l"
 							  "         WHERE l.owner::pg_catalog.oid OPERATOR(pg_catalog.=) $1),"
 							  "       (SELECT pg_catalog.count(*) FROM leader_election.tasks AS t"
@@ -97,8 +103,8 @@ le_refuse_drop_of_owner(Oid roleid)
 										SPI_tuptable->tupdesc, 1, &isnull));
 	ntasks = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
 										 SPI_tuptable->tupdesc, 2, &isnull));
+	le_owner_rights_end(&rights);
 	SPI_finish();
-	SetUserIdAndSecContext(save_userid, save_sec_context);
 
 	if (names > 0 || ntasks > 0)
 		ereport(ERROR,

@@ -22,6 +22,8 @@
  */
 #include "postgres.h"
 
+#include "access/table.h"
+#include "catalog/namespace.h"
 #include "catalog/pg_type.h"
 #include "commands/dbcommands.h"
 #include "executor/spi.h"
@@ -30,6 +32,8 @@
 #include "tcop/utility.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
+#include "utils/lsyscache.h"
+#include "utils/rel.h"
 #include "utils/regproc.h"
 #include "utils/syscache.h"
 
@@ -298,18 +302,30 @@ le_task_load_enabled(MemoryContext into, int *ntasks)
 
 /* ---- writing, with the task tables' owner's rights ---- */
 
-/* Owner of leader_election.tasks: internal writes run as that role. */
+/*
+ * Owner of leader_election.tasks: internal writes run as that role.  Also
+ * says whether the task tables carry code an administrator added
+ * (owner_rights.c, O2).
+ */
 static Oid
-le_tasks_table_owner(void)
+le_tasks_table_owner(bool *added_code)
 {
-	int			rc;
+	Oid			nsp = get_namespace_oid("leader_election", false);
+	Oid			tasks = get_relname_relid("tasks", nsp);
+	Oid			runs = get_relname_relid("task_runs", nsp);
+	Relation	rel;
+	Oid			owner;
 
-	rc = SPI_execute("SELECT c.relowner FROM pg_catalog.pg_class AS c"
-					 " WHERE c.oid OPERATOR(pg_catalog.=) 'leader_election.tasks'::pg_catalog.regclass",
-					 true, 1);
-	if (rc != SPI_OK_SELECT || SPI_processed != 1)
+	if (!OidIsValid(tasks) || !OidIsValid(runs))
 		elog(ERROR, "cannot find leader_election.tasks");
-	return le_spi_oid(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+	rel = table_open(tasks, AccessShareLock);
+	owner = rel->rd_rel->relowner;
+	*added_code = le_rel_runs_added_code(rel, NULL);
+	table_close(rel, NoLock);
+	rel = table_open(runs, AccessShareLock);
+	*added_code |= le_rel_runs_added_code(rel, NULL);
+	table_close(rel, NoLock);
+	return owner;
 }
 
 /*
@@ -321,22 +337,14 @@ int
 le_exec_as_task_tables_owner(const char *sql, int nargs, Oid *types, Datum *values,
 							 const char *nulls, bool read_only, long count)
 {
-	Oid			save_userid;
-	int			save_sec;
-	volatile int rc = 0;
+	LeOwnerRights rights;
+	bool		added_code;
+	Oid			owner = le_tasks_table_owner(&added_code);
+	int			rc;
 
-	GetUserIdAndSecContext(&save_userid, &save_sec);
-	SetUserIdAndSecContext(le_tasks_table_owner(),
-						   save_sec | SECURITY_LOCAL_USERID_CHANGE);
-	PG_TRY();
-	{
-		rc = SPI_execute_with_args(sql, nargs, types, values, nulls, read_only, count);
-	}
-	PG_FINALLY();
-	{
-		SetUserIdAndSecContext(save_userid, save_sec);
-	}
-	PG_END_TRY();
+	le_owner_rights_begin(&rights, owner, added_code);
+	rc = SPI_execute_with_args(sql, nargs, types, values, nulls, read_only, count);
+	le_owner_rights_end(&rights);
 	if (rc < 0)
 		elog(ERROR, "task runner statement failed: %s", SPI_result_code_string(rc));
 	return rc;

@@ -142,6 +142,29 @@ is(scalar(grep { $_->{name} eq 'x' && $_->{event} eq 'released' } @seen), 0,
 is(scalar(@seen), 7, 'seven notifications in all, one per committed change');
 is_deeply([ grep { $_ ne $notifier } @sender ], [], 'all were sent by that notifier');
 
+# ---- an info equal to an earlier one of the same batch is heard ----
+# PostgreSQL drops a NOTIFY equal to one its transaction already sent, and
+# the notifier sends many transactions' events in one transaction.  With
+# the notifier stopped, three transactions publish A, B, then A again;
+# continued, it sends all three in one batch.  A listener that keeps the
+# latest info must end with A.
+$node->safe_psql('postgres', q{SELECT try_acquire_leader('inf', '1 hour', 'h')});
+event_is('inf', 'elected', { holder => 'h', reason => 'none' }, 'a holder publishes info');
+kill 'STOP', $notifier or die "cannot stop the notifier $notifier: $!";
+for my $v (qw(A B A))
+{
+	$node->safe_psql('postgres', qq{SELECT set_leader_info('inf', '{"v": "$v"}', 'h')});
+}
+is($node->safe_psql('postgres',
+		q{SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'leader_election notifier'}),
+	'1', 'the three changes were queued for the one (stopped) notifier');
+kill 'CONT', $notifier;
+for my $v (qw(A B A))
+{
+	my $e = next_event(sub { $_[0]{name} eq 'inf' && $_[0]{event} eq 'info' });
+	is($e ? $e->{info}{v} : undef, $v, "info $v heard, in order");
+}
+
 # ---- no notifier for a database without the extension ----
 # A LISTEN there, then one in a database with the extension.  A notifier
 # the first had asked for would be started by the postmaster no later than

@@ -15,7 +15,7 @@
 # leases terminated while 16 candidates wait; a storm where every term
 # publishes an info of 3,900 bytes; a hand-over and moves (their events and
 # payload fields).  An administrator's change rolled back in a savepoint
-# (N3).  Fallbacks (N2): a transaction
+# while events are queued (N3).  Fallbacks (N2): a transaction
 # with more changes than the queue holds, beside a storm; the notifier
 # terminated.  DROP DATABASE works while a notifier serves the database.  Run with the library
 # preloaded (the notifier sends; checked: the sender is not the granting
@@ -318,9 +318,10 @@ hear_all($l, $want);
 is_deeply(\@problems, [], 'after the notifier was terminated: every change heard, in term order')
   or diag(join("\n", @problems[0 .. ($#problems < 9 ? $#problems : 9)]));
 
-# ---- N3: an administrator's change rolled back in a savepoint gives back
-# the queued events it took to send (they were lost: the savepoint's NOTIFYs
-# were thrown away, yet the commit removed them from the queue) ----
+# ---- N3: an administrator's change rolled back in a savepoint, while
+# events are queued, loses none of them (when the administrator's functions
+# took the queued events into their own transaction to send them, a
+# savepoint's rollback threw those NOTIFYs away) ----
 $l->{seen} = [];
 $node->safe_psql('postgres', q{SELECT try_acquire_leader('sv0', '1 minute', 'h')});
 hear_all($l, expected_from_history($node, 'sv'));

@@ -1,0 +1,222 @@
+--
+-- owner_rights: code an administrator adds to the extension's tables runs
+-- with the tables' owner's rights (usually a superuser's) in the caller's
+-- session.  A caller with the README's grants must not be able to make it
+-- run code of the caller's choosing: not through a temporary table, view
+-- or type standing in for one it names, not through its search_path
+-- (owner_rights.c, O1 and O2).
+--
+-- Roles are cluster-wide: all are created and dropped here.
+--
+TRUNCATE leader_election.leases, leader_election.history;
+RESET leader_election.holder_id;
+SELECT current_user AS regress_superuser \gset
+
+CREATE ROLE regress_le_tenant LOGIN;
+GRANT EXECUTE ON FUNCTION try_acquire_leader(text, interval, text), am_leader(text, text),
+      release_leader(text, text, text), leader_term(text, text), current_leader(text)
+   TO regress_le_tenant;
+GRANT USAGE ON SCHEMA leader_election TO regress_le_tenant;
+-- A tenant with a schema of its own, which it may put on its search_path.
+CREATE SCHEMA regress_le_tenant_schema AUTHORIZATION regress_le_tenant;
+
+-- The administrator's schema: an audit table and its helpers.
+CREATE SCHEMA regress_le_admin;
+CREATE TABLE regress_le_admin.audit_log (name text, by_role text, search_path text);
+CREATE FUNCTION regress_le_admin.audit_label(n text) RETURNS text
+    LANGUAGE sql AS $$ SELECT 'lease ' || n $$;
+CREATE TABLE regress_le_admin.term_rules (max_term bigint);
+INSERT INTO regress_le_admin.term_rules VALUES (1000000);
+
+-- Written as the README asks: every name qualified.  Records who it ran as.
+CREATE FUNCTION regress_le_admin.audit_qualified() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO regress_le_admin.audit_log
+    VALUES (regress_le_admin.audit_label(NEW.name), current_user,
+            pg_catalog.current_setting('search_path'));
+    RETURN NEW;
+END $$;
+-- Written carelessly: an unqualified table.
+CREATE FUNCTION regress_le_admin.audit_unqualified_table() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO audit_log VALUES (NEW.name, current_user, current_setting('search_path'));
+    RETURN NEW;
+END $$;
+-- Written carelessly: an unqualified function.
+CREATE FUNCTION regress_le_admin.audit_unqualified_function() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO regress_le_admin.audit_log VALUES (audit_label(NEW.name), current_user, '');
+    RETURN NEW;
+END $$;
+-- A CHECK on the history (whose rows are written without the executor)
+-- whose function reads an unqualified table.
+CREATE FUNCTION regress_le_admin.term_allowed(t bigint) RETURNS boolean
+    LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN t <= (SELECT max(max_term) FROM term_rules);
+END $$;
+-- Added code that tries to change the session.
+CREATE FUNCTION regress_le_admin.audit_makes_temp() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    CREATE TEMP TABLE regress_le_scratch (x int);
+    RETURN NEW;
+END $$;
+
+-- Is the tenant a superuser?  Is there a row for the name?
+CREATE FUNCTION regress_le_admin.escalated() RETURNS boolean
+    LANGUAGE sql AS $$ SELECT rolsuper FROM pg_catalog.pg_roles WHERE rolname = 'regress_le_tenant' $$;
+CREATE FUNCTION regress_le_admin.leased(n text) RETURNS boolean
+    LANGUAGE sql AS $$ SELECT count(*) > 0 FROM leader_election.leases AS l WHERE l.name = n $$;
+GRANT USAGE ON SCHEMA regress_le_admin TO PUBLIC;
+GRANT EXECUTE ON FUNCTION regress_le_admin.escalated() TO PUBLIC;
+
+--
+-- 1. Without added code, a session with temporary tables is served.
+--
+\c - regress_le_tenant
+\set ECHO none
+\i test/regress_helpers.sql
+\set ECHO all
+CREATE TEMP TABLE audit_log (name text, by_role text, search_path text);
+SELECT try_acquire_leader('plain', '1 minute', 't1') AS plain_with_temp_table;
+\c - :regress_superuser
+
+--
+-- 2. A trigger that names its table without a schema, and a tenant's
+--    temporary table of that name with a trigger of the tenant's: the
+--    tenant's code would run as the owner.  Refused: 42501, nothing written.
+--
+CREATE TRIGGER regress_audit AFTER INSERT OR UPDATE ON leader_election.leases
+    FOR EACH ROW EXECUTE FUNCTION regress_le_admin.audit_unqualified_table();
+\c - regress_le_tenant
+\set ECHO none
+\i test/regress_helpers.sql
+\set ECHO all
+CREATE TEMP TABLE audit_log (name text, by_role text, search_path text);
+CREATE FUNCTION pg_temp.grab() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    ALTER ROLE regress_le_tenant SUPERUSER;
+    RETURN NEW;
+END $$;
+CREATE TRIGGER grab BEFORE INSERT ON pg_temp.audit_log
+    FOR EACH ROW EXECUTE FUNCTION pg_temp.grab();
+SELECT pg_temp.try($$SELECT try_acquire_leader('stand-in', '1 minute', 't1')$$) AS temp_table_stand_in;
+SELECT regress_le_admin.escalated() AS tenant_is_superuser;
+-- A temporary view, or a type, stands in as well as a table.
+DROP TABLE audit_log;
+CREATE TEMP VIEW audit_log AS SELECT 'x'::text AS name, 'y'::text AS by_role, 'z'::text AS search_path;
+SELECT pg_temp.try($$SELECT try_acquire_leader('stand-in', '1 minute', 't1')$$) AS temp_view_stand_in;
+DROP VIEW audit_log;
+CREATE TYPE pg_temp.some_type AS (a int);
+SELECT pg_temp.try($$SELECT try_acquire_leader('stand-in', '1 minute', 't1')$$) AS temp_type;
+-- Without temporary tables, views or types (temporary functions are never
+-- looked up without their schema) the call runs; the careless trigger then
+-- finds no table: search_path is pg_catalog, pg_temp inside.
+DISCARD TEMP;
+\set ECHO none
+\i test/regress_helpers.sql
+\set ECHO all
+SELECT pg_temp.try($$SELECT try_acquire_leader('stand-in', '1 minute', 't1')$$) AS careless_trigger_fails_closed;
+\c - :regress_superuser
+SELECT regress_le_admin.leased('stand-in') AS stand_in_written;
+DROP TRIGGER regress_audit ON leader_election.leases;
+
+--
+-- 3. A trigger that calls a function without a schema, and a tenant whose
+--    search_path finds its own function of that name first.
+--
+CREATE TRIGGER regress_audit AFTER INSERT OR UPDATE ON leader_election.leases
+    FOR EACH ROW EXECUTE FUNCTION regress_le_admin.audit_unqualified_function();
+\c - regress_le_tenant
+\set ECHO none
+\i test/regress_helpers.sql
+\set ECHO all
+CREATE FUNCTION regress_le_tenant_schema.audit_label(n text) RETURNS text
+    LANGUAGE plpgsql AS $$
+BEGIN
+    ALTER ROLE regress_le_tenant SUPERUSER;
+    RETURN n;
+END $$;
+SET search_path = regress_le_tenant_schema, regress_le_admin, public;
+SELECT pg_temp.try($$SELECT public.try_acquire_leader('path', '1 minute', 't1')$$) AS search_path_stand_in;
+RESET search_path;
+SELECT regress_le_admin.escalated() AS tenant_is_superuser;
+\c - :regress_superuser
+SELECT regress_le_admin.leased('path') AS path_written;
+DROP TRIGGER regress_audit ON leader_election.leases;
+
+--
+-- 4. A CHECK constraint on the history, evaluated by the direct write
+--    path, whose function reads a table without a schema; the tenant's
+--    temporary view of that name would call the tenant's function as the
+--    owner.
+--
+SET search_path = public, regress_le_admin;   -- the administrator's own path
+ALTER TABLE leader_election.history ADD CONSTRAINT regress_term_allowed
+    CHECK (regress_le_admin.term_allowed(term));
+RESET search_path;
+\c - regress_le_tenant
+\set ECHO none
+\i test/regress_helpers.sql
+\set ECHO all
+CREATE FUNCTION pg_temp.grab_value() RETURNS bigint LANGUAGE plpgsql AS $$
+BEGIN
+    ALTER ROLE regress_le_tenant SUPERUSER;
+    RETURN 1000000;
+END $$;
+CREATE TEMP VIEW term_rules AS SELECT pg_temp.grab_value() AS max_term;
+SELECT pg_temp.try($$SELECT try_acquire_leader('check', '1 minute', 't1')$$) AS check_stand_in;
+SELECT regress_le_admin.escalated() AS tenant_is_superuser;
+\c - :regress_superuser
+SELECT regress_le_admin.leased('check') AS check_written;
+ALTER TABLE leader_election.history DROP CONSTRAINT regress_term_allowed;
+
+--
+-- 5. Added code written as the README asks runs, as the owner, with
+--    search_path pg_catalog, pg_temp, for a session whose temporary
+--    objects are functions only (the regression helpers).
+--
+CREATE TRIGGER regress_audit AFTER INSERT OR UPDATE ON leader_election.leases
+    FOR EACH ROW EXECUTE FUNCTION regress_le_admin.audit_qualified();
+\c - regress_le_tenant
+\set ECHO none
+\i test/regress_helpers.sql
+\set ECHO all
+SELECT pg_temp.try($$SELECT try_acquire_leader('audited', '1 minute', 't1')$$) AS audited;
+SELECT pg_temp.try($$SELECT try_acquire_leader('audited', '1 minute', 't1')$$) AS audited_renewal;
+SELECT pg_temp.try($$SELECT release_leader('audited', 't1')$$) AS audited_release;
+\c - :regress_superuser
+SELECT name, by_role = (SELECT relowner::regrole::text FROM pg_class
+                         WHERE oid = 'leader_election.leases'::regclass) AS as_owner,
+       search_path
+  FROM regress_le_admin.audit_log ORDER BY name;
+DROP TRIGGER regress_audit ON leader_election.leases;
+
+--
+-- 6. Added code runs as a security-restricted operation: it cannot create
+--    temporary objects (or SET ROLE) in the caller's session.
+--
+CREATE TRIGGER regress_audit AFTER INSERT OR UPDATE ON leader_election.leases
+    FOR EACH ROW EXECUTE FUNCTION regress_le_admin.audit_makes_temp();
+\c - regress_le_tenant
+\set ECHO none
+\i test/regress_helpers.sql
+\set ECHO all
+SELECT pg_temp.try($$SELECT try_acquire_leader('scratch', '1 minute', 't1')$$) AS makes_temp;
+\c - :regress_superuser
+DROP TRIGGER regress_audit ON leader_election.leases;
+
+-- Without added code again: the tenant's temporary table is no obstacle.
+\c - regress_le_tenant
+CREATE TEMP TABLE audit_log (name text, by_role text, search_path text);
+SELECT try_acquire_leader('after', '1 minute', 't1') AS served_again;
+\c - :regress_superuser
+
+DROP SCHEMA regress_le_admin CASCADE;
+DROP SCHEMA regress_le_tenant_schema CASCADE;
+TRUNCATE leader_election.leases, leader_election.history;
+REVOKE ALL ON SCHEMA leader_election FROM regress_le_tenant;
+REVOKE ALL ON FUNCTION try_acquire_leader(text, interval, text), am_leader(text, text),
+      release_leader(text, text, text), leader_term(text, text), current_leader(text)
+   FROM regress_le_tenant;
+DROP ROLE regress_le_tenant;

@@ -1,0 +1,241 @@
+/*-------------------------------------------------------------------------
+ *
+ * owner_rights.c
+ *	  Acting with the rights of the extension's tables' owner, for a caller
+ *	  that may be hostile.
+ *
+ * Ordinary roles have no rights on the extension's tables; the extension
+ * writes them for the caller as their owner (usually the superuser who
+ * installed it), under the caller's transaction and in the caller's
+ * session.  Whatever runs during such a write runs as the owner: the
+ * extension's own code, and code an administrator added to the tables (a
+ * trigger, rule, CHECK constraint, column default, domain, index
+ * expression or operator class, forced row-level security policy).  That
+ * added code must not become a way for the caller to run code of its own
+ * as the owner, so:
+ *
+ * O1  Every statement or direct write made with the owner's rights runs
+ *     between le_owner_rights_begin() and le_owner_rights_end(), as a
+ *     security-restricted operation (as PostgreSQL runs a table owner's
+ *     index expressions in VACUUM or CREATE INDEX): nothing that runs
+ *     there can SET ROLE, create temporary objects, LISTEN or PREPARE in
+ *     the caller's session.
+ *
+ * O2  While a table written carries added code (le_rel_runs_added_code),
+ *     such a write also runs with search_path = pg_catalog, pg_temp (so a
+ *     function or table named without a schema is never found in a schema
+ *     of the caller's choosing), and is refused with 42501, before
+ *     anything runs as the owner, if the caller's session has temporary
+ *     tables, views, sequences or types: pg_temp is searched for relations
+ *     and types (never for functions or operators) even when listed last,
+ *     so any of them could stand in for one the added code names without
+ *     a schema.
+ *
+ * Added code is recognised conservatively: anything that could run a
+ * function the extension did not write, that is, one with an OID at or
+ * above FirstNormalObjectId (everything initdb creates is below it).  A
+ * false alarm costs only O2's restrictions, never a wrong answer.
+ *
+ * This file decides nothing about leases; lease_store.c and
+ * task_registry.c decide when to act as the owner.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/genam.h"
+#include "access/htup_details.h"
+#include "access/stratnum.h"
+#include "access/table.h"
+#include "access/transam.h"
+#include "catalog/dependency.h"
+#include "catalog/indexing.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_class.h"
+#include "catalog/pg_depend.h"
+#include "catalog/pg_namespace.h"
+#include "catalog/pg_type.h"
+#include "miscadmin.h"
+#include "nodes/nodeFuncs.h"
+#include "utils/fmgroids.h"
+#include "utils/guc.h"
+#include "utils/rel.h"
+
+#include "leader_election.h"
+
+/* The search_path of O2: the catalog, then the caller's temporary schema. */
+#define LE_OWNER_SEARCH_PATH	"pg_catalog, pg_temp"
+
+static bool
+le_oid_is_added(Oid oid, void *context)
+{
+	return oid >= FirstNormalObjectId;
+}
+
+/*
+ * Could evaluating this expression run a function the extension did not
+ * write: a function or operator of someone's, a type's input or output
+ * function, a domain's constraints?
+ */
+static bool
+le_expr_runs_added_code(Node *node, void *context)
+{
+	if (node == NULL)
+		return false;
+	if (check_functions_in_node(node, le_oid_is_added, NULL))
+		return true;
+	if (IsA(node, CoerceToDomain) &&
+		le_oid_is_added(((CoerceToDomain *) node)->resulttype, NULL))
+		return true;
+	return expression_tree_walker(node, le_expr_runs_added_code, context);
+}
+
+static bool
+le_stored_expr_runs_added_code(const char *node_text)
+{
+	return node_text != NULL &&
+		le_expr_runs_added_code((Node *) stringToNode(node_text), NULL);
+}
+
+/* Could maintaining this index run added code? */
+static bool
+le_index_runs_added_code(Oid index_oid)
+{
+	Relation	idx = index_open(index_oid, AccessShareLock);
+	bool		added;
+
+	added = le_oid_is_added(idx->rd_rel->relam, NULL) ||
+		le_expr_runs_added_code((Node *) RelationGetIndexExpressions(idx), NULL) ||
+		le_expr_runs_added_code((Node *) RelationGetIndexPredicate(idx), NULL);
+	for (int i = 0; !added && i < IndexRelationGetNumberOfKeyAttributes(idx); i++)
+		added = le_oid_is_added(idx->rd_opfamily[i], NULL);
+	index_close(idx, AccessShareLock);
+	return added;
+}
+
+/*
+ * Does writing rel (INSERT, UPDATE or DELETE, through the executor or
+ * direct_write.c) possibly run code the extension did not write?  Triggers
+ * for which is_own_trigger (may be NULL) answers true are the extension's.
+ * Decided from the relcache entry: every change of what is looked at here
+ * invalidates it (callers recompute then).
+ */
+bool
+le_rel_runs_added_code(Relation rel, bool (*is_own_trigger) (const Trigger *trigger))
+{
+	TupleDesc	desc = RelationGetDescr(rel);
+	TupleConstr *constr = desc->constr;
+	List	   *indexes;
+	ListCell   *lc;
+	bool		added = false;
+
+	if (rel->rd_rules != NULL ||
+		(rel->rd_rel->relrowsecurity && rel->rd_rel->relforcerowsecurity) ||
+		rel->rd_rel->relhassubclass || rel->rd_rel->relispartition ||
+		le_oid_is_added(rel->rd_rel->relam, NULL))
+		return true;
+	if (rel->trigdesc != NULL)
+		for (int i = 0; i < rel->trigdesc->numtriggers; i++)
+			if (is_own_trigger == NULL || !is_own_trigger(&rel->trigdesc->triggers[i]))
+				return true;
+	for (int i = 0; i < desc->natts; i++)
+	{
+		Form_pg_attribute att = TupleDescAttr(desc, i);
+
+		if (!att->attisdropped && le_oid_is_added(att->atttypid, NULL))
+			return true;
+	}
+	if (constr != NULL)
+	{
+		for (int i = 0; i < constr->num_check; i++)
+			if (le_stored_expr_runs_added_code(constr->check[i].ccbin))
+				return true;
+		for (int i = 0; i < constr->num_defval; i++)
+			if (le_stored_expr_runs_added_code(constr->defval[i].adbin))
+				return true;
+	}
+	indexes = RelationGetIndexList(rel);
+	foreach(lc, indexes)
+	{
+		if (le_index_runs_added_code(lfirst_oid(lc)))
+		{
+			added = true;
+			break;
+		}
+	}
+	list_free(indexes);
+	return added;
+}
+
+/*
+ * Has this session a temporary relation or type, which pg_temp could
+ * offer in place of one that added code names without a schema?  Every
+ * such object depends on its schema in pg_depend (that is how a session's
+ * end finds them), so one index scan answers.
+ */
+static bool
+le_session_has_temp_relations_or_types(void)
+{
+	Oid			temp_nsp;
+	Oid			temp_toast_nsp;
+	Relation	depend;
+	ScanKeyData key[2];
+	SysScanDesc scan;
+	HeapTuple	tup;
+	bool		found = false;
+
+	GetTempNamespaceState(&temp_nsp, &temp_toast_nsp);
+	if (!OidIsValid(temp_nsp))
+		return false;
+	depend = table_open(DependRelationId, AccessShareLock);
+	ScanKeyInit(&key[0], Anum_pg_depend_refclassid, BTEqualStrategyNumber,
+				F_OIDEQ, ObjectIdGetDatum(NamespaceRelationId));
+	ScanKeyInit(&key[1], Anum_pg_depend_refobjid, BTEqualStrategyNumber,
+				F_OIDEQ, ObjectIdGetDatum(temp_nsp));
+	scan = systable_beginscan(depend, DependReferenceIndexId, true, NULL, 2, key);
+	while (!found && HeapTupleIsValid(tup = systable_getnext(scan)))
+	{
+		Form_pg_depend dep = (Form_pg_depend) GETSTRUCT(tup);
+
+		found = dep->classid == RelationRelationId || dep->classid == TypeRelationId;
+	}
+	systable_endscan(scan);
+	table_close(depend, AccessShareLock);
+	return found;
+}
+
+/*
+ * Act as owner from here to le_owner_rights_end() (O1; O2 if added_code).
+ * An error in between needs no le_owner_rights_end(): the (sub)transaction's
+ * abort restores the user and the search_path.
+ */
+void
+le_owner_rights_begin(LeOwnerRights *rights, Oid owner, bool added_code)
+{
+	GetUserIdAndSecContext(&rights->save_userid, &rights->save_sec_context);
+	rights->guc_nest_level = -1;
+	if (added_code && le_session_has_temp_relations_or_types())
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("leader_election cannot write its tables for a session that has temporary tables or types"),
+				 errdetail("An administrator added code to the extension's tables; it runs with the tables' owner's rights, and a temporary table or type could stand in for one it names."),
+				 errhint("Drop them (DISCARD TEMP), or call from another session.")));
+	SetUserIdAndSecContext(owner, rights->save_sec_context |
+						   SECURITY_LOCAL_USERID_CHANGE |
+						   SECURITY_RESTRICTED_OPERATION);
+	if (added_code)
+	{
+		rights->guc_nest_level = NewGUCNestLevel();
+		(void) set_config_option("search_path", LE_OWNER_SEARCH_PATH,
+								 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE,
+								 true, 0, false);
+	}
+}
+
+void
+le_owner_rights_end(LeOwnerRights *rights)
+{
+	if (rights->guc_nest_level >= 0)
+		AtEOXact_GUC(true, rights->guc_nest_level);
+	SetUserIdAndSecContext(rights->save_userid, rights->save_sec_context);
+}
