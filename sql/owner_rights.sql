@@ -206,6 +206,39 @@ SELECT pg_temp.try($$SELECT try_acquire_leader('scratch', '1 minute', 't1')$$) A
 \c - :regress_superuser
 DROP TRIGGER regress_audit ON leader_election.leases;
 
+--
+-- 7. Code added to the other tables the extension writes counts too: the
+--    term eras, and the task runner's tables.
+--
+CREATE FUNCTION regress_le_admin.noop() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    RETURN NEW;
+END $$;
+CREATE TRIGGER regress_noop AFTER INSERT ON leader_election.term_era
+    FOR EACH ROW EXECUTE FUNCTION regress_le_admin.noop();
+\c - regress_le_tenant
+\set ECHO none
+\i test/regress_helpers.sql
+\set ECHO all
+CREATE TEMP TABLE audit_log (name text, by_role text, search_path text);
+SELECT pg_temp.try($$SELECT try_acquire_leader('era', '1 minute', 't1')$$) AS trigger_on_term_era;
+\c - :regress_superuser
+DROP TRIGGER regress_noop ON leader_election.term_era;
+CREATE TRIGGER regress_noop AFTER INSERT ON leader_election.tasks
+    FOR EACH ROW EXECUTE FUNCTION regress_le_admin.noop();
+CREATE PROCEDURE regress_le_admin.job() LANGUAGE sql AS $$ SELECT 1 $$;
+\set ECHO none
+\i test/regress_helpers.sql
+\set ECHO all
+CREATE TEMP TABLE audit_log (name text, by_role text, search_path text);
+SELECT pg_temp.try($$SELECT leader_election.register_task('regress-job', 'regress_le_admin.job()', '1 hour', '1 minute') > 0$$) AS trigger_on_tasks;
+-- Without the temporary table the call gets past that check, to the task
+-- runner's own (a superuser's tasks are refused by default).
+DROP TABLE audit_log;
+SELECT regexp_replace(pg_temp.try($$SELECT leader_election.register_task('regress-job', 'regress_le_admin.job()', '1 hour', '1 minute') > 0$$),
+                      'role "[^"]*"', 'role (superuser)') AS without_temp_table;
+DROP TRIGGER regress_noop ON leader_election.tasks;
+
 -- Without added code again: the tenant's temporary table is no obstacle.
 \c - regress_le_tenant
 CREATE TEMP TABLE audit_log (name text, by_role text, search_path text);

@@ -18,7 +18,8 @@
  * renewal under READ COMMITTED, the hottest write of all, which updates the
  * row in place with heap_update (le_store_renew_in_place).  Writes run
  * with the table owner's privileges (ordinary roles have no rights on the
- * tables) and under the caller's transaction, so they take effect at commit
+ * tables), under owner_rights.c's rules for code an administrator added to
+ * the tables, and under the caller's transaction, so they take effect at commit
  * and vanish on rollback.  Under REPEATABLE READ or SERIALIZABLE a write
  * whose row changed after the transaction's snapshot fails with 40001, as
  * any UPDATE would.
@@ -163,6 +164,7 @@ typedef struct LeStoreRels
 	bool		has_issue_15;	/* leader_info and handovers exist */
 	Oid			leader_info;	/* leader_election.leader_info (1.1) */
 	Oid			handovers;		/* leader_election.handovers (1.1) */
+	Oid			term_era;		/* leader_election.term_era (1.1) */
 	bool		lock_key_loaded;
 	uint8		lock_key[LE_LOCK_KEY_BYTES];
 } LeStoreRels;
@@ -228,7 +230,8 @@ le_store_invalidate(Datum arg, Oid relid)
 		relid == le_rels.leases_pkey ||
 		relid == le_rels.terms_seq || relid == le_rels.lock_key_rel ||
 		relid == le_rels.history || relid == le_rels.history_pkey ||
-		relid == le_rels.leader_info || relid == le_rels.handovers)
+		relid == le_rels.leader_info || relid == le_rels.handovers ||
+		relid == le_rels.term_era)
 	{
 		le_rels.valid = false;
 		le_rels_changes++;
@@ -520,6 +523,7 @@ le_store_load_rels_once(void)
 	le_rels.history_pkey = le_store_history_index(le_rels.history, nsp);
 	le_rels.leader_info = get_relname_relid("leader_info", nsp);
 	le_rels.handovers = get_relname_relid("handovers", nsp);
+	le_rels.term_era = get_relname_relid("term_era", nsp);
 	le_rels.has_issue_15 =
 		OidIsValid(le_rels.leader_info) && OidIsValid(le_rels.handovers);
 
@@ -557,7 +561,8 @@ le_store_load_rels_once(void)
 	le_rels.added_code = le_rel_runs_added_code(rel, le_store_is_own_trigger) ||
 		le_store_rel_runs_added_code(le_rels.history) ||
 		le_store_rel_runs_added_code(le_rels.leader_info) ||
-		le_store_rel_runs_added_code(le_rels.handovers);
+		le_store_rel_runs_added_code(le_rels.handovers) ||
+		le_store_rel_runs_added_code(le_rels.term_era);
 	table_close(rel, NoLock);
 	le_rels.history_direct_ok = false;
 	if (OidIsValid(le_rels.history) && OidIsValid(le_rels.history_pkey))
