@@ -453,19 +453,11 @@ le_store_is_own_trigger(const Trigger *t)
 		le_store_is_cache_trigger(t, false, TRIGGER_TYPE_TRUNCATE);
 }
 
-/* le_rel_runs_added_code for another table the extension writes. */
+/* le_rel_runs_added_code for a table whose only triggers are the extension's. */
 static bool
-le_store_rel_runs_added_code(Oid relid)
+le_store_runs_added_code(Relation rel)
 {
-	Relation	rel;
-	bool		added;
-
-	if (!OidIsValid(relid))
-		return false;
-	rel = le_store_open(relid, AccessShareLock);
-	added = le_rel_runs_added_code(rel, NULL);
-	table_close(rel, NoLock);
-	return added;
+	return le_rel_runs_added_code(rel, NULL);
 }
 
 /*
@@ -477,23 +469,33 @@ le_store_rel_runs_added_code(Oid relid)
  * is one, answers read the table (le_store_load_rels).
  */
 static bool
-le_store_rel_runs_no_user_code(Oid relid)
+le_store_fires_no_user_code(Relation rel)
 {
-	Relation	rel;
-	bool		ok;
-
-	if (!OidIsValid(relid))
-		return true;
-	rel = le_store_open(relid, AccessShareLock);
-	ok = rel->rd_rules == NULL;
-	if (ok && rel->trigdesc != NULL)
-	{
+	if (rel->rd_rules != NULL)
+		return false;
+	if (rel->trigdesc != NULL)
 		for (int i = 0; i < rel->trigdesc->numtriggers; i++)
 			if (!rel->trigdesc->triggers[i].tgisinternal)
-				ok = false;
-	}
+				return false;
+	return true;
+}
+
+/*
+ * test(rel) for another of the extension's tables, or `absent` if it does
+ * not exist (the 1.0 objects, before ALTER EXTENSION UPDATE).
+ */
+static bool
+le_store_rel_is(Oid relid, bool (*test) (Relation rel), bool absent)
+{
+	Relation	rel;
+	bool		answer;
+
+	if (!OidIsValid(relid))
+		return absent;
+	rel = le_store_open(relid, AccessShareLock);
+	answer = test(rel);
 	table_close(rel, NoLock);
-	return ok;
+	return answer;
 }
 
 static void
@@ -553,16 +555,16 @@ le_store_load_rels_once(void)
 	 */
 	le_rels.cache_triggers_ok = le_store_has_cache_triggers(rel, &only_ours) &&
 		only_ours && rel->rd_rules == NULL &&
-		le_store_rel_runs_no_user_code(le_rels.history) &&
-		le_store_rel_runs_no_user_code(le_rels.leader_info) &&
-		le_store_rel_runs_no_user_code(le_rels.handovers);
+		le_store_rel_is(le_rels.history, le_store_fires_no_user_code, true) &&
+		le_store_rel_is(le_rels.leader_info, le_store_fires_no_user_code, true) &&
+		le_store_rel_is(le_rels.handovers, le_store_fires_no_user_code, true);
 	le_rels.fast_path_ok = le_store_has_installed_shape(rel, only_ours) &&
 		le_direct_insert_allowed(rel, le_rels.leases_pkey, true);
 	le_rels.added_code = le_rel_runs_added_code(rel, le_store_is_own_trigger) ||
-		le_store_rel_runs_added_code(le_rels.history) ||
-		le_store_rel_runs_added_code(le_rels.leader_info) ||
-		le_store_rel_runs_added_code(le_rels.handovers) ||
-		le_store_rel_runs_added_code(le_rels.term_era);
+		le_store_rel_is(le_rels.history, le_store_runs_added_code, false) ||
+		le_store_rel_is(le_rels.leader_info, le_store_runs_added_code, false) ||
+		le_store_rel_is(le_rels.handovers, le_store_runs_added_code, false) ||
+		le_store_rel_is(le_rels.term_era, le_store_runs_added_code, false);
 	table_close(rel, NoLock);
 	le_rels.history_direct_ok = false;
 	if (OidIsValid(le_rels.history) && OidIsValid(le_rels.history_pkey))
