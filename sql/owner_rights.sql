@@ -239,6 +239,66 @@ SELECT regexp_replace(pg_temp.try($$SELECT leader_election.register_task('regres
                       'role "[^"]*"', 'role (superuser)') AS without_temp_table;
 DROP TRIGGER regress_noop ON leader_election.tasks;
 
+--
+-- 8. An operator class an administrator adds to a built-in operator family
+--    (here oid_ops, for the history's regrole column) runs its support
+--    function when the index is written: added code, though its family
+--    is built in.  Its comparison reads a table named without a schema.
+--
+CREATE TABLE regress_le_admin.cmp_rules (x int);
+CREATE FUNCTION regress_le_admin.rr_cmp(a regrole, b regrole) RETURNS int
+    LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+    PERFORM count(*) FROM cmp_rules;
+    RETURN pg_catalog.btoidcmp(a::oid, b::oid);
+END $$;
+CREATE FUNCTION regress_le_admin.rr_lt(regrole, regrole) RETURNS boolean LANGUAGE sql IMMUTABLE
+    AS $$ SELECT $1::oid OPERATOR(pg_catalog.<) $2::oid $$;
+CREATE FUNCTION regress_le_admin.rr_le(regrole, regrole) RETURNS boolean LANGUAGE sql IMMUTABLE
+    AS $$ SELECT $1::oid OPERATOR(pg_catalog.<=) $2::oid $$;
+CREATE FUNCTION regress_le_admin.rr_eq(regrole, regrole) RETURNS boolean LANGUAGE sql IMMUTABLE
+    AS $$ SELECT $1::oid OPERATOR(pg_catalog.=) $2::oid $$;
+CREATE FUNCTION regress_le_admin.rr_ge(regrole, regrole) RETURNS boolean LANGUAGE sql IMMUTABLE
+    AS $$ SELECT $1::oid OPERATOR(pg_catalog.>=) $2::oid $$;
+CREATE FUNCTION regress_le_admin.rr_gt(regrole, regrole) RETURNS boolean LANGUAGE sql IMMUTABLE
+    AS $$ SELECT $1::oid OPERATOR(pg_catalog.>) $2::oid $$;
+CREATE OPERATOR regress_le_admin.< (LEFTARG = regrole, RIGHTARG = regrole, FUNCTION = regress_le_admin.rr_lt);
+CREATE OPERATOR regress_le_admin.<= (LEFTARG = regrole, RIGHTARG = regrole, FUNCTION = regress_le_admin.rr_le);
+CREATE OPERATOR regress_le_admin.= (LEFTARG = regrole, RIGHTARG = regrole, FUNCTION = regress_le_admin.rr_eq);
+CREATE OPERATOR regress_le_admin.>= (LEFTARG = regrole, RIGHTARG = regrole, FUNCTION = regress_le_admin.rr_ge);
+CREATE OPERATOR regress_le_admin.> (LEFTARG = regrole, RIGHTARG = regrole, FUNCTION = regress_le_admin.rr_gt);
+CREATE OPERATOR CLASS regress_le_admin.regrole_ops FOR TYPE regrole USING btree
+    FAMILY pg_catalog.oid_ops AS
+    OPERATOR 1 regress_le_admin.< (regrole, regrole),
+    OPERATOR 2 regress_le_admin.<= (regrole, regrole),
+    OPERATOR 3 regress_le_admin.= (regrole, regrole),
+    OPERATOR 4 regress_le_admin.>= (regrole, regrole),
+    OPERATOR 5 regress_le_admin.> (regrole, regrole),
+    FUNCTION 1 regress_le_admin.rr_cmp(regrole, regrole);
+SET search_path = public, regress_le_admin;   -- the administrator's own path
+CREATE INDEX regress_owner_idx ON leader_election.history (owner regress_le_admin.regrole_ops);
+RESET search_path;
+\c - regress_le_tenant
+\set ECHO none
+\i test/regress_helpers.sql
+\set ECHO all
+CREATE FUNCTION pg_temp.grab_value() RETURNS bigint LANGUAGE plpgsql AS $$
+BEGIN
+    ALTER ROLE regress_le_tenant SUPERUSER;
+    RETURN 1;
+END $$;
+CREATE TEMP VIEW cmp_rules AS SELECT pg_temp.grab_value() AS x;
+SELECT pg_temp.try($$SELECT try_acquire_leader('opclass', '1 minute', 't1')$$) AS opclass_stand_in;
+SELECT regress_le_admin.escalated() AS tenant_is_superuser;
+-- Without the stand-in the comparison finds no table: fails closed.
+DISCARD TEMP;
+\set ECHO none
+\i test/regress_helpers.sql
+\set ECHO all
+SELECT pg_temp.try($$SELECT try_acquire_leader('opclass', '1 minute', 't1')$$) AS opclass_fails_closed;
+\c - :regress_superuser
+DROP INDEX leader_election.regress_owner_idx;
+
 -- Without added code again: the tenant's temporary table is no obstacle.
 \c - regress_le_tenant
 CREATE TEMP TABLE audit_log (name text, by_role text, search_path text);

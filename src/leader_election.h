@@ -178,6 +178,8 @@ extern bool le_rel_runs_added_code(Relation rel,
 								   bool (*is_own_trigger) (const Trigger *trigger));
 extern void le_owner_rights_begin(LeOwnerRights *rights, Oid owner,
 								  bool added_code);
+extern void le_owner_rights_begin_statements(LeOwnerRights *rights, Oid owner,
+											 bool (*lock_and_decide) (void));
 extern void le_owner_rights_end(LeOwnerRights *rights);
 
 /* direct_write.c */
@@ -376,6 +378,7 @@ extern void le_listeners_install(void);
 extern bool le_listeners_any(void);
 
 /* role_guard.c */
+extern void le_lock_new_owner(Oid role);
 extern void le_role_guard_install(void);
 
 /* keyed_hash.c */

@@ -1088,6 +1088,28 @@ typedef struct LeSpiCall
 	LeOwnerRights rights;
 } LeSpiCall;
 
+/*
+ * For owner_rights.c's O3: lock every table a statement of this file may
+ * touch, as the statements will (for writing, unless the transaction
+ * cannot write), then say whether any carries added code.  Taking the
+ * locks processes the DDL that committed before them; none that could add
+ * code can commit after them.
+ */
+static bool
+le_store_lock_and_decide(void)
+{
+	LOCKMODE	mode = XactReadOnly || RecoveryInProgress() ?
+		AccessShareLock : RowExclusiveLock;
+	Oid			rels[] = {le_rels.leases, le_rels.history, le_rels.leader_info,
+		le_rels.handovers, le_rels.term_era};
+
+	for (int i = 0; i < lengthof(rels); i++)
+		if (OidIsValid(rels[i]))
+			table_close(le_store_open(rels[i], mode), NoLock);
+	le_store_load_rels();
+	return le_rels.added_code;
+}
+
 static void
 le_spi_begin(LeSpiCall *call)
 {
@@ -1095,7 +1117,8 @@ le_spi_begin(LeSpiCall *call)
 	call->caller_cxt = CurrentMemoryContext;
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
-	le_owner_rights_begin(&call->rights, le_rels.table_owner, le_rels.added_code);
+	le_owner_rights_begin_statements(&call->rights, le_rels.table_owner,
+									 le_store_lock_and_decide);
 }
 
 static void
@@ -1449,6 +1472,7 @@ le_store_insert(const char *name, const LeIdentity *who, int64 term,
 	char		n[15] = "              ";
 	bool		with_history = le_history_max_terms > 0;
 
+	le_lock_new_owner(GetUserId());
 	v[0] = CStringGetTextDatum(name);
 	v[1] = ObjectIdGetDatum(GetUserId());
 
@@ -1499,6 +1523,7 @@ le_store_reserve(const char *name)
 	Datum		v[2];
 	LeaseRow	row = {0};
 
+	le_lock_new_owner(GetUserId());
 	v[0] = CStringGetTextDatum(name);
 	v[1] = ObjectIdGetDatum(GetUserId());
 	le_spi_begin(&call);

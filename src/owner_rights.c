@@ -21,15 +21,24 @@
  *     there can SET ROLE, create temporary objects, LISTEN or PREPARE in
  *     the caller's session.
  *
- * O2  While a table written carries added code (le_rel_runs_added_code),
- *     such a write also runs with search_path = pg_catalog, pg_temp (so a
- *     function or table named without a schema is never found in a schema
- *     of the caller's choosing), and is refused with 42501, before
- *     anything runs as the owner, if the caller's session has temporary
- *     tables, views, sequences or types: pg_temp is searched for relations
- *     and types (never for functions or operators) even when listed last,
- *     so any of them could stand in for one the added code names without
- *     a schema.
+ * O2  It runs with search_path = pg_catalog, pg_temp (so a function,
+ *     operator or table named without a schema is never found in a schema
+ *     of the caller's choosing) whenever added code could run in it: always
+ *     for statements (le_owner_rights_begin_statements), which open and
+ *     lock the tables only after this is decided, when DDL committed
+ *     meanwhile (a trigger created while the caller held the tables' locks
+ *     from earlier statements) takes effect; for direct writes
+ *     (le_owner_rights_begin) while the tables, already locked for
+ *     writing, carry added code (le_rel_runs_added_code).
+ *
+ * O3  While a table the call may touch carries added code, the call is
+ *     refused with 42501, before anything runs as the owner, if the
+ *     caller's session has temporary tables, views, sequences or types:
+ *     pg_temp is searched for relations and types (never for functions or
+ *     operators) even when listed last, so any of them could stand in for
+ *     one the added code names without a schema.  For statements this is
+ *     decided with the tables locked as the statements will lock them (a
+ *     callback), so no DDL can commit between the decision and its use.
  *
  * Added code is recognised conservatively: anything that could run a
  * function the extension did not write, that is, one with an OID at or
@@ -43,6 +52,7 @@
  */
 #include "postgres.h"
 
+#include "access/amapi.h"
 #include "access/genam.h"
 #include "access/htup_details.h"
 #include "access/stratnum.h"
@@ -97,18 +107,38 @@ le_stored_expr_runs_added_code(const char *node_text)
 		le_expr_runs_added_code((Node *) stringToNode(node_text), NULL);
 }
 
-/* Could maintaining this index run added code? */
+/*
+ * Could maintaining this index run added code?  Its access method, its
+ * expressions and predicate, and the functions its operator classes give
+ * it (an added operator class may sit in a built-in operator family), and
+ * those of its exclusion operators.
+ */
 static bool
 le_index_runs_added_code(Oid index_oid)
 {
 	Relation	idx = index_open(index_oid, AccessShareLock);
+	int			nkeys = IndexRelationGetNumberOfKeyAttributes(idx);
 	bool		added;
 
 	added = le_oid_is_added(idx->rd_rel->relam, NULL) ||
 		le_expr_runs_added_code((Node *) RelationGetIndexExpressions(idx), NULL) ||
 		le_expr_runs_added_code((Node *) RelationGetIndexPredicate(idx), NULL);
-	for (int i = 0; !added && i < IndexRelationGetNumberOfKeyAttributes(idx); i++)
+	for (int i = 0; !added && i < nkeys; i++)
+	{
 		added = le_oid_is_added(idx->rd_opfamily[i], NULL);
+		for (int j = 0; !added && j < idx->rd_indam->amsupport; j++)
+			added = le_oid_is_added(index_getprocid(idx, i + 1, j + 1), NULL);
+	}
+	if (!added && idx->rd_index->indisexclusion)
+	{
+		Oid		   *ops;
+		Oid		   *procs;
+		uint16	   *strategies;
+
+		RelationGetExclusionInfo(idx, &ops, &procs, &strategies);
+		for (int i = 0; !added && i < nkeys; i++)
+			added = le_oid_is_added(ops[i], NULL) || le_oid_is_added(procs[i], NULL);
+	}
 	index_close(idx, AccessShareLock);
 	return added;
 }
@@ -204,32 +234,65 @@ le_session_has_temp_relations_or_types(void)
 	return found;
 }
 
-/*
- * Act as owner from here to le_owner_rights_end() (O1; O2 if added_code).
- * An error in between needs no le_owner_rights_end(): the (sub)transaction's
- * abort restores the user and the search_path.
- */
-void
-le_owner_rights_begin(LeOwnerRights *rights, Oid owner, bool added_code)
+/* O3: refuse a session with temporary relations or types. */
+static void
+le_refuse_temp_objects(void)
 {
-	GetUserIdAndSecContext(&rights->save_userid, &rights->save_sec_context);
-	rights->guc_nest_level = -1;
-	if (added_code && le_session_has_temp_relations_or_types())
+	if (le_session_has_temp_relations_or_types())
 		ereport(ERROR,
 				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
 				 errmsg("leader_election cannot write its tables for a session that has temporary tables or types"),
 				 errdetail("An administrator added code to the extension's tables; it runs with the tables' owner's rights, and a temporary table or type could stand in for one it names."),
 				 errhint("Drop them (DISCARD TEMP), or call from another session.")));
+}
+
+/* Become owner (O1), with the search_path of O2 if restrict_path. */
+static void
+le_owner_rights_enter(LeOwnerRights *rights, Oid owner, bool restrict_path)
+{
+	GetUserIdAndSecContext(&rights->save_userid, &rights->save_sec_context);
+	rights->guc_nest_level = -1;
 	SetUserIdAndSecContext(owner, rights->save_sec_context |
 						   SECURITY_LOCAL_USERID_CHANGE |
 						   SECURITY_RESTRICTED_OPERATION);
-	if (added_code)
+	if (restrict_path)
 	{
 		rights->guc_nest_level = NewGUCNestLevel();
 		(void) set_config_option("search_path", LE_OWNER_SEARCH_PATH,
 								 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE,
 								 true, 0, false);
 	}
+}
+
+/*
+ * Act as owner from here to le_owner_rights_end(), for writes made
+ * without the executor on tables the caller has locked for writing and
+ * decided added_code on after locking them (O1; O2 and O3 if added_code).
+ * An error in between needs no le_owner_rights_end(): the
+ * (sub)transaction's abort restores the user and the search_path.
+ */
+void
+le_owner_rights_begin(LeOwnerRights *rights, Oid owner, bool added_code)
+{
+	if (added_code)
+		le_refuse_temp_objects();
+	le_owner_rights_enter(rights, owner, added_code);
+}
+
+/*
+ * The same for statements, which lock the tables they touch themselves,
+ * after this (O1, O2 always).  Only for a session that has temporary
+ * objects (the only ones O3 can refuse), lock_and_decide locks every
+ * table the statements may touch, in the modes they will, and says
+ * whether any carries added code (O3).
+ */
+void
+le_owner_rights_begin_statements(LeOwnerRights *rights, Oid owner,
+								 bool (*lock_and_decide) (void))
+{
+	if (le_session_has_temp_relations_or_types() && lock_and_decide())
+		le_refuse_temp_objects();
+	le_owner_rights_enter(rights, owner, true);
 }
 
 void

@@ -23,7 +23,7 @@
 #include "postgres.h"
 
 #include "access/htup_details.h"
-#include "access/relation.h"
+#include "access/table.h"
 #include "catalog/namespace.h"
 #include "catalog/objectaccess.h"
 #include "catalog/pg_authid.h"
@@ -32,6 +32,7 @@
 #include "commands/dbcommands.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
+#include "storage/lmgr.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
@@ -41,24 +42,40 @@
 
 static object_access_hook_type le_prev_object_access_hook = NULL;
 
-/*
- * Owner of relation relid, and whether reading it could run code an
- * administrator added (owner_rights.c); InvalidOid if there is no such
- * relation.
- */
+/* Owner of relation relid, or InvalidOid if there is no such relation. */
 static Oid
-le_relation_owner(Oid relid, bool (*is_own_trigger) (const Trigger *trigger),
-				  bool *added_code)
+le_relation_owner(Oid relid)
 {
-	Relation	rel = try_relation_open(relid, AccessShareLock);
+	HeapTuple	tup = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
 	Oid			owner;
 
-	if (rel == NULL)
+	if (!HeapTupleIsValid(tup))
 		return InvalidOid;
-	owner = rel->rd_rel->relowner;
-	*added_code |= le_rel_runs_added_code(rel, is_own_trigger);
-	relation_close(rel, NoLock);
+	owner = ((Form_pg_class) GETSTRUCT(tup))->relowner;
+	ReleaseSysCache(tup);
 	return owner;
+}
+
+/* leader_election.leases and tasks, which the count reads. */
+static Oid	le_counted[2];
+
+/*
+ * For owner_rights.c's O3: lock both tables as the count will, then say
+ * whether either carries code an administrator added.
+ */
+static bool
+le_counted_lock_and_decide(void)
+{
+	bool		added = false;
+
+	for (int i = 0; i < lengthof(le_counted); i++)
+	{
+		Relation	rel = table_open(le_counted[i], AccessShareLock);
+
+		added |= le_rel_runs_added_code(rel, i == 0 ? le_store_is_own_trigger : NULL);
+		table_close(rel, NoLock);
+	}
+	return added;
 }
 
 static void
@@ -68,7 +85,6 @@ le_refuse_drop_of_owner(Oid roleid)
 	Oid			leases;
 	Oid			tasks;
 	Oid			table_owner;
-	bool		added_code = false;
 	LeOwnerRights rights;
 	Oid			argtypes[1] = {OIDOID};
 	Datum		args[1];
@@ -83,15 +99,16 @@ le_refuse_drop_of_owner(Oid roleid)
 	tasks = get_relname_relid("tasks", nsp);
 	if (!OidIsValid(leases) || !OidIsValid(tasks))
 		return;
-	table_owner = le_relation_owner(leases, le_store_is_own_trigger, &added_code);
-	if (!OidIsValid(table_owner) ||
-		!OidIsValid(le_relation_owner(tasks, NULL, &added_code)))
+	table_owner = le_relation_owner(leases);
+	if (!OidIsValid(table_owner))
 		return;
+	le_counted[0] = leases;
+	le_counted[1] = tasks;
 
 	args[0] = ObjectIdGetDatum(roleid);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
-	le_owner_rights_begin(&rights, table_owner, added_code);
+	le_owner_rights_begin_statements(&rights, table_owner, le_counted_lock_and_decide);
 	if (SPI_execute_with_args("SELECT (SELECT pg_catalog.count(*) FROM leader_election.leases AS l"
 							  "         WHERE l.owner::pg_catalog.oid OPERATOR(pg_catalog.=) $1),"
 							  "       (SELECT pg_catalog.count(*) FROM leader_election.tasks AS t"
@@ -124,6 +141,24 @@ le_object_access(ObjectAccessType access, Oid classId, Oid objectId,
 		le_prev_object_access_hook(access, classId, objectId, subId, arg);
 	if (access == OAT_DROP && classId == AuthIdRelationId)
 		le_refuse_drop_of_owner(objectId);
+}
+
+/*
+ * A new name or task is about to be owned by role: lock the role as
+ * PostgreSQL does before recording an owner, so that a DROP ROLE in
+ * progress (which locks the role, then counts its names and tasks here)
+ * either finishes first, and this fails (42704), or waits for this
+ * transaction, and then counts what it added.
+ */
+void
+le_lock_new_owner(Oid role)
+{
+	/* Taking the lock processes the invalidations of a DROP it waited for. */
+	LockSharedObject(AuthIdRelationId, role, 0, AccessShareLock);
+	if (!SearchSysCacheExists1(AUTHOID, ObjectIdGetDatum(role)))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("the calling role was dropped while this call waited for it")));
 }
 
 /* Called once from _PG_init. */

@@ -22,8 +22,12 @@
  */
 #include "postgres.h"
 
+#include "access/htup_details.h"
 #include "access/table.h"
+#include "access/xact.h"
+#include "access/xlog.h"
 #include "catalog/namespace.h"
+#include "catalog/pg_class.h"
 #include "catalog/pg_type.h"
 #include "commands/dbcommands.h"
 #include "executor/spi.h"
@@ -302,30 +306,46 @@ le_task_load_enabled(MemoryContext into, int *ntasks)
 
 /* ---- writing, with the task tables' owner's rights ---- */
 
-/*
- * Owner of leader_election.tasks: internal writes run as that role.  Also
- * says whether the task tables carry code an administrator added
- * (owner_rights.c, O2).
- */
+/* leader_election.tasks and task_runs, as le_tasks_table_owner found them. */
+static Oid	le_task_tables[2];
+
+/* Owner of leader_election.tasks: internal writes run as that role. */
 static Oid
-le_tasks_table_owner(bool *added_code)
+le_tasks_table_owner(void)
 {
 	Oid			nsp = get_namespace_oid("leader_election", false);
-	Oid			tasks = get_relname_relid("tasks", nsp);
-	Oid			runs = get_relname_relid("task_runs", nsp);
-	Relation	rel;
+	HeapTuple	tup;
 	Oid			owner;
 
-	if (!OidIsValid(tasks) || !OidIsValid(runs))
+	le_task_tables[0] = get_relname_relid("tasks", nsp);
+	le_task_tables[1] = get_relname_relid("task_runs", nsp);
+	tup = SearchSysCache1(RELOID, ObjectIdGetDatum(le_task_tables[0]));
+	if (!OidIsValid(le_task_tables[1]) || !HeapTupleIsValid(tup))
 		elog(ERROR, "cannot find leader_election.tasks");
-	rel = table_open(tasks, AccessShareLock);
-	owner = rel->rd_rel->relowner;
-	*added_code = le_rel_runs_added_code(rel, NULL);
-	table_close(rel, NoLock);
-	rel = table_open(runs, AccessShareLock);
-	*added_code |= le_rel_runs_added_code(rel, NULL);
-	table_close(rel, NoLock);
+	owner = ((Form_pg_class) GETSTRUCT(tup))->relowner;
+	ReleaseSysCache(tup);
 	return owner;
+}
+
+/*
+ * For owner_rights.c's O3: lock both task tables as the statements will,
+ * then say whether either carries code an administrator added.
+ */
+static bool
+le_task_tables_lock_and_decide(void)
+{
+	LOCKMODE	mode = XactReadOnly || RecoveryInProgress() ?
+		AccessShareLock : RowExclusiveLock;
+	bool		added = false;
+
+	for (int i = 0; i < lengthof(le_task_tables); i++)
+	{
+		Relation	rel = table_open(le_task_tables[i], mode);
+
+		added |= le_rel_runs_added_code(rel, NULL);
+		table_close(rel, NoLock);
+	}
+	return added;
 }
 
 /*
@@ -338,11 +358,10 @@ le_exec_as_task_tables_owner(const char *sql, int nargs, Oid *types, Datum *valu
 							 const char *nulls, bool read_only, long count)
 {
 	LeOwnerRights rights;
-	bool		added_code;
-	Oid			owner = le_tasks_table_owner(&added_code);
 	int			rc;
 
-	le_owner_rights_begin(&rights, owner, added_code);
+	le_owner_rights_begin_statements(&rights, le_tasks_table_owner(),
+									 le_task_tables_lock_and_decide);
 	rc = SPI_execute_with_args(sql, nargs, types, values, nulls, read_only, count);
 	le_owner_rights_end(&rights);
 	if (rc < 0)
@@ -577,6 +596,7 @@ register_task(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_DUPLICATE_OBJECT),
 				 errmsg("task \"%s\" already exists", name)));
+	le_lock_new_owner(GetUserId());
 
 	values[0] = CStringGetTextDatum(name);
 	values[1] = ObjectIdGetDatum(me);
