@@ -300,6 +300,14 @@ COMMENT ON FUNCTION leader_election.admin_note_released(text, text, bigint) IS
     'For the name administration functions: send the released event of the term just ended, as every change of leader sends its event; needs the name''s writer lock';
 REVOKE ALL ON FUNCTION leader_election.admin_note_released(text, text, bigint) FROM PUBLIC;
 
+CREATE FUNCTION leader_election.admin_lock_owner(owner pg_catalog.regrole)
+    RETURNS void
+    AS 'MODULE_PATHNAME', 'le_admin_lock_owner'
+    LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
+COMMENT ON FUNCTION leader_election.admin_lock_owner(pg_catalog.regrole) IS
+    'For the name administration functions: lock the role a name is given to, as DROP ROLE does, so that a drop in progress sees the name; 42704 if it was dropped';
+REVOKE ALL ON FUNCTION leader_election.admin_lock_owner(pg_catalog.regrole) FROM PUBLIC;
+
 -- End the current lease of a locked row, as release_leader() would.
 -- The name administration functions below keep no variable of the table's
 -- row type: PL/pgSQL resolves such a type when it compiles the function,
@@ -345,6 +353,7 @@ BEGIN
     IF new_owner IS NULL THEN
         RAISE EXCEPTION 'owner must not be null' USING ERRCODE = 'null_value_not_allowed';
     END IF;
+    PERFORM leader_election.admin_lock_owner(new_owner);
     IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles AS r
                     WHERE r.oid OPERATOR(pg_catalog.=) new_owner) THEN
         RAISE EXCEPTION 'role with OID % does not exist', new_owner::pg_catalog.oid

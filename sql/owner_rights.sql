@@ -299,6 +299,59 @@ SELECT pg_temp.try($$SELECT try_acquire_leader('opclass', '1 minute', 't1')$$) A
 \c - :regress_superuser
 DROP INDEX leader_election.regress_owner_idx;
 
+--
+-- 9. A CHECK constraint of built-in functions only is added code too: some
+--    run SQL text (query_to_xml), whose names the caller's search_path
+--    would resolve.  The history keeps such a CHECK and its direct writes.
+--
+CREATE TABLE regress_le_admin.banned_holders (h text);
+ALTER TABLE leader_election.history ADD CONSTRAINT regress_not_banned CHECK (
+    pg_catalog.strpos(pg_catalog.query_to_xml(
+        'SELECT 1 FROM banned_holders WHERE h = ' OPERATOR(pg_catalog.||) pg_catalog.quote_literal(holder),
+        false, false, '')::text, '<row>') OPERATOR(pg_catalog.=) 0) NOT VALID;
+\c - regress_le_tenant
+\set ECHO none
+\i test/regress_helpers.sql
+\set ECHO all
+CREATE FUNCTION regress_le_tenant_schema.grab_text() RETURNS text LANGUAGE plpgsql AS $$
+BEGIN
+    ALTER ROLE regress_le_tenant SUPERUSER;
+    RETURN 'x';
+END $$;
+CREATE VIEW regress_le_tenant_schema.banned_holders AS SELECT regress_le_tenant_schema.grab_text() AS h;
+SET search_path = regress_le_tenant_schema, regress_le_admin, public;
+SELECT pg_temp.try($$SELECT public.try_acquire_leader('xml', '1 minute', 't1')$$) AS query_text_path;
+RESET search_path;
+SELECT regress_le_admin.escalated() AS tenant_is_superuser;
+CREATE TEMP VIEW banned_holders AS SELECT regress_le_tenant_schema.grab_text() AS h;
+SELECT pg_temp.try($$SELECT try_acquire_leader('xml', '1 minute', 't1')$$) AS query_text_stand_in;
+SELECT regress_le_admin.escalated() AS tenant_is_superuser;
+\c - :regress_superuser
+ALTER TABLE leader_election.history DROP CONSTRAINT regress_not_banned;
+
+--
+-- 10. Added code that builds SQL text by doubling quotes means what its
+--     author saw whatever the caller sets standard_conforming_strings to.
+--
+CREATE TABLE regress_le_admin.holders_seen (h text);
+CREATE FUNCTION regress_le_admin.audit_by_hand() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    EXECUTE 'INSERT INTO regress_le_admin.holders_seen VALUES ('''
+        || pg_catalog.replace(NEW.holder, '''', '''''') || ''')';
+    RETURN NULL;
+END $$;
+CREATE TRIGGER regress_audit AFTER INSERT OR UPDATE ON leader_election.leases
+    FOR EACH ROW EXECUTE FUNCTION regress_le_admin.audit_by_hand();
+\c - regress_le_tenant
+SET standard_conforming_strings = off;
+SELECT try_acquire_leader('quotes', '1 minute',
+    $h$x\'); ALTER ROLE regress_le_tenant SUPERUSER; --$h$) AS acquired;
+RESET standard_conforming_strings;
+\c - :regress_superuser
+SELECT h FROM regress_le_admin.holders_seen;
+SELECT regress_le_admin.escalated() AS tenant_is_superuser;
+DROP TRIGGER regress_audit ON leader_election.leases;
+
 -- Without added code again: the tenant's temporary table is no obstacle.
 \c - regress_le_tenant
 CREATE TEMP TABLE audit_log (name text, by_role text, search_path text);

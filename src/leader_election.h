@@ -378,7 +378,7 @@ extern void le_listeners_install(void);
 extern bool le_listeners_any(void);
 
 /* role_guard.c */
-extern void le_lock_new_owner(Oid role);
+extern void le_lock_new_owner(Oid role, bool is_caller);
 extern void le_role_guard_install(void);
 
 /* keyed_hash.c */

@@ -1472,7 +1472,7 @@ le_store_insert(const char *name, const LeIdentity *who, int64 term,
 	char		n[15] = "              ";
 	bool		with_history = le_history_max_terms > 0;
 
-	le_lock_new_owner(GetUserId());
+	le_lock_new_owner(GetUserId(), true);
 	v[0] = CStringGetTextDatum(name);
 	v[1] = ObjectIdGetDatum(GetUserId());
 
@@ -1523,7 +1523,7 @@ le_store_reserve(const char *name)
 	Datum		v[2];
 	LeaseRow	row = {0};
 
-	le_lock_new_owner(GetUserId());
+	le_lock_new_owner(GetUserId(), true);
 	v[0] = CStringGetTextDatum(name);
 	v[1] = ObjectIdGetDatum(GetUserId());
 	le_spi_begin(&call);

@@ -39,6 +39,7 @@
 
 PG_FUNCTION_INFO_V1(le_admin_change_begin);
 PG_FUNCTION_INFO_V1(le_admin_note_released);
+PG_FUNCTION_INFO_V1(le_admin_lock_owner);
 
 /* leader_election.admin_change_begin(name text) returns text: the name */
 Datum
@@ -74,5 +75,17 @@ le_admin_note_released(PG_FUNCTION_ARGS)
 				 errmsg("the released event of lease \"%s\" needs the name's writer lock", name),
 				 errhint("Call leader_election.admin_change_begin first.")));
 	le_notify(name, "released", holder, term, "released", NULL, NULL);
+	PG_RETURN_VOID();
+}
+
+/*
+ * leader_election.admin_lock_owner(owner regrole): assign_name is about to
+ * give a name to this role; lock it as a first use does (role_guard.c), so
+ * that a DROP ROLE in progress cannot miss the name.
+ */
+Datum
+le_admin_lock_owner(PG_FUNCTION_ARGS)
+{
+	le_lock_new_owner(PG_GETARG_OID(0), false);
 	PG_RETURN_VOID();
 }

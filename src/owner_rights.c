@@ -23,7 +23,9 @@
  *
  * O2  It runs with search_path = pg_catalog, pg_temp (so a function,
  *     operator or table named without a schema is never found in a schema
- *     of the caller's choosing) whenever added code could run in it: always
+ *     of the caller's choosing), and with standard_conforming_strings on (so
+ *     SQL text that added code builds by doubling quotes means what its
+ *     author saw), whenever added code could run in it: always
  *     for statements (le_owner_rights_begin_statements), which open and
  *     lock the tables only after this is decided, when DDL committed
  *     meanwhile (a trigger created while the caller held the tables' locks
@@ -40,10 +42,15 @@
  *     decided with the tables locked as the statements will lock them (a
  *     callback), so no DDL can commit between the decision and its use.
  *
- * Added code is recognised conservatively: anything that could run a
- * function the extension did not write, that is, one with an OID at or
- * above FirstNormalObjectId (everything initdb creates is below it).  A
- * false alarm costs only O2's restrictions, never a wrong answer.
+ * Added code is recognised conservatively (le_rel_runs_added_code):
+ * every trigger, rule, CHECK constraint, column default, index expression
+ * or predicate the install script did not create (le_own_parts), and
+ * anything that could run a function the extension did not write, one
+ * with an OID at or above FirstNormalObjectId (everything initdb creates
+ * is below it).  Even an expression of built-in functions only counts:
+ * some of them run SQL text (query_to_xml), whose names the caller's
+ * search_path would resolve.  A false alarm costs only O2's and O3's
+ * restrictions, never a wrong answer.
  *
  * This file decides nothing about leases; lease_store.c and
  * task_registry.c decide when to act as the owner.
@@ -75,6 +82,45 @@
 
 /* The search_path of O2: the catalog, then the caller's temporary schema. */
 #define LE_OWNER_SEARCH_PATH	"pg_catalog, pg_temp"
+
+/*
+ * What the install and update scripts attach to the extension's tables,
+ * besides plain indexes of built-in operator classes and the lease cache's
+ * triggers (lease_store.c): CHECK constraints, by name, and column
+ * defaults, by column.  Anything else of that kind is added code.
+ */
+typedef struct LeOwnParts
+{
+	const char *table;			/* in schema leader_election */
+	const char *checks[2];
+	const char *defaults[3];
+} LeOwnParts;
+
+static const LeOwnParts le_own_parts[] = {
+	{"history", {"history_end_reason"}, {NULL}},
+	{"handovers", {"handovers_reason"}, {NULL}},
+	{"task_runs", {"task_runs_status"}, {NULL}},
+	{"tasks", {NULL}, {"enabled", "created_at"}},
+};
+
+/* Is name one of own (a NULL-terminated list of at most max)? */
+static bool
+le_is_own(const char *const *own, int max, const char *name)
+{
+	for (int i = 0; i < max && own[i] != NULL; i++)
+		if (strcmp(own[i], name) == 0)
+			return true;
+	return false;
+}
+
+static const LeOwnParts *
+le_own_parts_of(Relation rel)
+{
+	for (int i = 0; i < lengthof(le_own_parts); i++)
+		if (strcmp(le_own_parts[i].table, RelationGetRelationName(rel)) == 0)
+			return &le_own_parts[i];
+	return NULL;
+}
 
 static bool
 le_oid_is_added(Oid oid, void *context)
@@ -108,10 +154,11 @@ le_stored_expr_runs_added_code(const char *node_text)
 }
 
 /*
- * Could maintaining this index run added code?  Its access method, its
- * expressions and predicate, and the functions its operator classes give
- * it (an added operator class may sit in a built-in operator family), and
- * those of its exclusion operators.
+ * Could maintaining this index run added code?  The install scripts
+ * create indexes of plain columns only: any expression or predicate is
+ * added, and so is an access method, operator family, operator class
+ * function (an added operator class may sit in a built-in family) or
+ * exclusion operator that is not built in.
  */
 static bool
 le_index_runs_added_code(Oid index_oid)
@@ -121,8 +168,8 @@ le_index_runs_added_code(Oid index_oid)
 	bool		added;
 
 	added = le_oid_is_added(idx->rd_rel->relam, NULL) ||
-		le_expr_runs_added_code((Node *) RelationGetIndexExpressions(idx), NULL) ||
-		le_expr_runs_added_code((Node *) RelationGetIndexPredicate(idx), NULL);
+		RelationGetIndexExpressions(idx) != NIL ||
+		RelationGetIndexPredicate(idx) != NIL;
 	for (int i = 0; !added && i < nkeys; i++)
 	{
 		added = le_oid_is_added(idx->rd_opfamily[i], NULL);
@@ -155,6 +202,12 @@ le_rel_runs_added_code(Relation rel, bool (*is_own_trigger) (const Trigger *trig
 {
 	TupleDesc	desc = RelationGetDescr(rel);
 	TupleConstr *constr = desc->constr;
+	const LeOwnParts *own = le_own_parts_of(rel);
+	const char *no_parts[1] = {NULL};
+	const char *const *own_checks = own != NULL ? own->checks : no_parts;
+	const char *const *own_defaults = own != NULL ? own->defaults : no_parts;
+	int			max_checks = own != NULL ? lengthof(own->checks) : 1;
+	int			max_defaults = own != NULL ? lengthof(own->defaults) : 1;
 	List	   *indexes;
 	ListCell   *lc;
 	bool		added = false;
@@ -178,11 +231,17 @@ le_rel_runs_added_code(Relation rel, bool (*is_own_trigger) (const Trigger *trig
 	if (constr != NULL)
 	{
 		for (int i = 0; i < constr->num_check; i++)
-			if (le_stored_expr_runs_added_code(constr->check[i].ccbin))
+			if (!le_is_own(own_checks, max_checks, constr->check[i].ccname) ||
+				le_stored_expr_runs_added_code(constr->check[i].ccbin))
 				return true;
 		for (int i = 0; i < constr->num_defval; i++)
-			if (le_stored_expr_runs_added_code(constr->defval[i].adbin))
+		{
+			Form_pg_attribute att = TupleDescAttr(desc, constr->defval[i].adnum - 1);
+
+			if (!le_is_own(own_defaults, max_defaults, NameStr(att->attname)) ||
+				le_stored_expr_runs_added_code(constr->defval[i].adbin))
 				return true;
+		}
 	}
 	indexes = RelationGetIndexList(rel);
 	foreach(lc, indexes)
@@ -259,6 +318,9 @@ le_owner_rights_enter(LeOwnerRights *rights, Oid owner, bool restrict_path)
 	{
 		rights->guc_nest_level = NewGUCNestLevel();
 		(void) set_config_option("search_path", LE_OWNER_SEARCH_PATH,
+								 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE,
+								 true, 0, false);
+		(void) set_config_option("standard_conforming_strings", "on",
 								 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE,
 								 true, 0, false);
 	}

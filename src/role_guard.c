@@ -36,6 +36,7 @@
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
+#include "utils/snapmgr.h"
 #include "utils/syscache.h"
 
 #include "leader_election.h"
@@ -86,6 +87,7 @@ le_refuse_drop_of_owner(Oid roleid)
 	Oid			tasks;
 	Oid			table_owner;
 	LeOwnerRights rights;
+	SPIPlanPtr	plan;
 	Oid			argtypes[1] = {OIDOID};
 	Datum		args[1];
 	bool		isnull;
@@ -105,15 +107,27 @@ le_refuse_drop_of_owner(Oid roleid)
 	le_counted[0] = leases;
 	le_counted[1] = tasks;
 
+	/*
+	 * Lock the role as DROP ROLE itself will, before counting: a first use
+	 * of a name or task by the role locks it too (le_lock_new_owner), so
+	 * one still in progress is waited for, and one that comes later waits
+	 * for this drop.  Count what is committed now, whatever this
+	 * transaction's snapshot (REPEATABLE READ would miss a name committed
+	 * since it began).
+	 */
+	LockSharedObject(AuthIdRelationId, roleid, 0, AccessExclusiveLock);
 	args[0] = ObjectIdGetDatum(roleid);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 	le_owner_rights_begin_statements(&rights, table_owner, le_counted_lock_and_decide);
-	if (SPI_execute_with_args("SELECT (SELECT pg_catalog.count(*) FROM leader_election.leases AS l"
-							  "         WHERE l.owner::pg_catalog.oid OPERATOR(pg_catalog.=) $1),"
-							  "       (SELECT pg_catalog.count(*) FROM leader_election.tasks AS t"
-							  "         WHERE t.owner::pg_catalog.oid OPERATOR(pg_catalog.=) $1)",
-							  1, argtypes, args, NULL, false, 1) != SPI_OK_SELECT ||
+	plan = SPI_prepare("SELECT (SELECT pg_catalog.count(*) FROM leader_election.leases AS l"
+					   "         WHERE l.owner::pg_catalog.oid OPERATOR(pg_catalog.=) $1),"
+					   "       (SELECT pg_catalog.count(*) FROM leader_election.tasks AS t"
+					   "         WHERE t.owner::pg_catalog.oid OPERATOR(pg_catalog.=) $1)",
+					   1, argtypes);
+	if (plan == NULL ||
+		SPI_execute_snapshot(plan, args, NULL, GetLatestSnapshot(), InvalidSnapshot,
+							 true, false, 1) != SPI_OK_SELECT ||
 		SPI_processed != 1)
 		elog(ERROR, "could not count the lease names and tasks of role %u", roleid);
 	names = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
@@ -151,14 +165,19 @@ le_object_access(ObjectAccessType access, Oid classId, Oid objectId,
  * transaction, and then counts what it added.
  */
 void
-le_lock_new_owner(Oid role)
+le_lock_new_owner(Oid role, bool is_caller)
 {
 	/* Taking the lock processes the invalidations of a DROP it waited for. */
 	LockSharedObject(AuthIdRelationId, role, 0, AccessShareLock);
-	if (!SearchSysCacheExists1(AUTHOID, ObjectIdGetDatum(role)))
+	if (SearchSysCacheExists1(AUTHOID, ObjectIdGetDatum(role)))
+		return;
+	if (is_caller)
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
 				 errmsg("the calling role was dropped while this call waited for it")));
+	ereport(ERROR,
+			(errcode(ERRCODE_UNDEFINED_OBJECT),
+			 errmsg("role with OID %u does not exist", role)));
 }
 
 /* Called once from _PG_init. */

@@ -596,7 +596,7 @@ register_task(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_DUPLICATE_OBJECT),
 				 errmsg("task \"%s\" already exists", name)));
-	le_lock_new_owner(GetUserId());
+	le_lock_new_owner(GetUserId(), true);
 
 	values[0] = CStringGetTextDatum(name);
 	values[1] = ObjectIdGetDatum(me);
