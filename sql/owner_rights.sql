@@ -275,9 +275,11 @@ CREATE OPERATOR CLASS regress_le_admin.regrole_ops FOR TYPE regrole USING btree
     OPERATOR 4 regress_le_admin.>= (regrole, regrole),
     OPERATOR 5 regress_le_admin.> (regrole, regrole),
     FUNCTION 1 regress_le_admin.rr_cmp(regrole, regrole);
-SET search_path = public, regress_le_admin;   -- the administrator's own path
+-- (PostgreSQL 17 and later build an index with search_path pg_catalog,
+-- pg_temp: the administrator's temporary table is what the build finds.)
+CREATE TEMP TABLE cmp_rules (x int);
 CREATE INDEX regress_owner_idx ON leader_election.history (owner regress_le_admin.regrole_ops);
-RESET search_path;
+DROP TABLE pg_temp.cmp_rules;
 \c - regress_le_tenant
 \set ECHO none
 \i test/regress_helpers.sql
@@ -351,6 +353,49 @@ RESET standard_conforming_strings;
 SELECT h FROM regress_le_admin.holders_seen;
 SELECT regress_le_admin.escalated() AS tenant_is_superuser;
 DROP TRIGGER regress_audit ON leader_election.leases;
+
+--
+-- 11. A CHECK with the install's name but not its shape (an administrator
+--     re-created it) is added code: pg_input_is_valid looks its type name
+--     up through the search_path when it runs, so a caller's domain of
+--     that name, whose check runs the caller's function, would run as the
+--     owner.
+--
+CREATE DOMAIN regress_le_admin.end_reason_t AS text
+    CHECK (VALUE IN ('released', 'expired', 'session_ended', 'moved'));
+SET search_path = public, regress_le_admin;   -- the administrator's own path
+ALTER TABLE leader_election.history DROP CONSTRAINT history_end_reason,
+    ADD CONSTRAINT history_end_reason
+    CHECK (end_reason IS NULL OR pg_catalog.pg_input_is_valid(end_reason, 'end_reason_t'));
+RESET search_path;
+\c - regress_le_tenant
+\set ECHO none
+\i test/regress_helpers.sql
+\set ECHO all
+CREATE FUNCTION regress_le_tenant_schema.grab_bool(text) RETURNS boolean LANGUAGE plpgsql AS $$
+BEGIN
+    ALTER ROLE regress_le_tenant SUPERUSER;
+    RETURN true;
+END $$;
+CREATE DOMAIN regress_le_tenant_schema.end_reason_t AS text
+    CHECK (regress_le_tenant_schema.grab_bool(VALUE));
+SET search_path = regress_le_tenant_schema, public;
+SELECT try_acquire_leader('shape', '100 ms', 't1') AS acquired;
+DO $$
+DECLARE
+    deadline timestamptz := clock_timestamp() + interval '5 seconds';
+BEGIN
+    WHILE am_leader('shape', 't1') AND clock_timestamp() < deadline LOOP
+        PERFORM pg_sleep(0.01);
+    END LOOP;
+END $$;
+SELECT pg_temp.try($$SELECT try_acquire_leader('shape', '1 minute', 't2')$$) AS takeover_with_reshaped_check;
+RESET search_path;
+SELECT regress_le_admin.escalated() AS tenant_is_superuser;
+\c - :regress_superuser
+ALTER TABLE leader_election.history DROP CONSTRAINT history_end_reason,
+    ADD CONSTRAINT history_end_reason
+    CHECK (end_reason OPERATOR(pg_catalog.=) ANY (ARRAY['released', 'expired', 'session_ended', 'moved']::pg_catalog.text[]));
 
 -- Without added code again: the tenant's temporary table is no obstacle.
 \c - regress_le_tenant

@@ -44,13 +44,14 @@
  *
  * Added code is recognised conservatively (le_rel_runs_added_code):
  * every trigger, rule, CHECK constraint, column default, index expression
- * or predicate the install script did not create (le_own_parts), and
- * anything that could run a function the extension did not write, one
- * with an OID at or above FirstNormalObjectId (everything initdb creates
- * is below it).  Even an expression of built-in functions only counts:
- * some of them run SQL text (query_to_xml), whose names the caller's
- * search_path would resolve.  A false alarm costs only O2's and O3's
- * restrictions, never a wrong answer.
+ * or predicate the install script did not create (le_own_parts, with the
+ * install's shape: le_expr_not_install_shaped), and anything else that
+ * could run a function the extension did not write, one with an OID at or
+ * above FirstNormalObjectId (everything initdb creates is below it).  Even
+ * an expression of built-in functions only counts: some of them run SQL
+ * text (query_to_xml), whose names the caller's search_path would resolve.
+ * A false alarm costs only O2's and O3's restrictions, never a wrong
+ * answer.
  *
  * This file decides nothing about leases; lease_store.c and
  * task_registry.c decide when to act as the owner.
@@ -71,6 +72,7 @@
 #include "catalog/pg_class.h"
 #include "catalog/pg_depend.h"
 #include "catalog/pg_namespace.h"
+#include "catalog/pg_operator.h"
 #include "catalog/pg_type.h"
 #include "miscadmin.h"
 #include "nodes/nodeFuncs.h"
@@ -129,28 +131,59 @@ le_oid_is_added(Oid oid, void *context)
 }
 
 /*
- * Could evaluating this expression run a function the extension did not
- * write: a function or operator of someone's, a type's input or output
- * function, a domain's constraints?
+ * Is this expression of the install scripts' shape: a column compared with
+ * = to constants of built-in types (the CHECKs: end_reason = ANY
+ * (ARRAY[...])), a constant or now() (the defaults)?  Such an expression
+ * looks up no name and runs nothing of anyone's.  A constraint or default
+ * that only has the install's name (an administrator re-created it) and
+ * is of any other shape is added code, though every function it calls may
+ * be built in: some resolve names through the search_path when they run
+ * (pg_input_is_valid's type name, query_to_xml's SQL text), and a constant
+ * of a type not built in runs that type's input function.
  */
 static bool
-le_expr_runs_added_code(Node *node, void *context)
+le_expr_not_install_shaped(Node *node, void *context)
 {
 	if (node == NULL)
 		return false;
-	if (check_functions_in_node(node, le_oid_is_added, NULL))
-		return true;
-	if (IsA(node, CoerceToDomain) &&
-		le_oid_is_added(((CoerceToDomain *) node)->resulttype, NULL))
-		return true;
-	return expression_tree_walker(node, le_expr_runs_added_code, context);
+	switch (nodeTag(node))
+	{
+		case T_List:
+		case T_Var:
+		case T_ArrayExpr:
+		case T_BoolExpr:
+		case T_NullTest:
+		case T_RelabelType:
+			break;
+		case T_Const:
+			if (le_oid_is_added(((Const *) node)->consttype, NULL))
+				return true;
+			break;
+		case T_OpExpr:
+			if (((OpExpr *) node)->opno != TextEqualOperator)
+				return true;
+			break;
+		case T_ScalarArrayOpExpr:
+			if (((ScalarArrayOpExpr *) node)->opno != TextEqualOperator)
+				return true;
+			break;
+		case T_FuncExpr:
+			if (((FuncExpr *) node)->funcid != F_NOW)
+				return true;
+			break;
+		default:
+			return true;
+	}
+	return expression_tree_walker(node, le_expr_not_install_shaped, context);
 }
 
+/* A CHECK or default of the install (by name) that kept its shape? */
 static bool
-le_stored_expr_runs_added_code(const char *node_text)
+le_stored_expr_is_own(const char *const *own, int max, const char *name,
+					  const char *node_text)
 {
-	return node_text != NULL &&
-		le_expr_runs_added_code((Node *) stringToNode(node_text), NULL);
+	return le_is_own(own, max, name) && node_text != NULL &&
+		!le_expr_not_install_shaped((Node *) stringToNode(node_text), NULL);
 }
 
 /*
@@ -231,15 +264,15 @@ le_rel_runs_added_code(Relation rel, bool (*is_own_trigger) (const Trigger *trig
 	if (constr != NULL)
 	{
 		for (int i = 0; i < constr->num_check; i++)
-			if (!le_is_own(own_checks, max_checks, constr->check[i].ccname) ||
-				le_stored_expr_runs_added_code(constr->check[i].ccbin))
+			if (!le_stored_expr_is_own(own_checks, max_checks, constr->check[i].ccname,
+									   constr->check[i].ccbin))
 				return true;
 		for (int i = 0; i < constr->num_defval; i++)
 		{
 			Form_pg_attribute att = TupleDescAttr(desc, constr->defval[i].adnum - 1);
 
-			if (!le_is_own(own_defaults, max_defaults, NameStr(att->attname)) ||
-				le_stored_expr_runs_added_code(constr->defval[i].adbin))
+			if (!le_stored_expr_is_own(own_defaults, max_defaults, NameStr(att->attname),
+									   constr->defval[i].adbin))
 				return true;
 		}
 	}
