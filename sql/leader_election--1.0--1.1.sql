@@ -319,6 +319,7 @@ CREATE FUNCTION leader_election.admin_end_lease(lease_name text, lease_holder te
     RETURNS void
     LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
     SET search_path = pg_catalog, pg_temp
+    SET standard_conforming_strings = on
     AS $le_admin_end_lease$
 DECLARE
     ended timestamptz := pg_catalog.clock_timestamp();
@@ -342,6 +343,7 @@ CREATE FUNCTION leader_election.assign_name(name text, owner pg_catalog.regrole)
     RETURNS boolean
     LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp
+    SET standard_conforming_strings = on
     AS $le_assign_name$
 DECLARE
     lease_name text := leader_election.admin_change_begin(name);
@@ -389,6 +391,7 @@ CREATE FUNCTION leader_election.release_name(name text)
     RETURNS boolean
     LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp
+    SET standard_conforming_strings = on
     AS $le_release_name$
 DECLARE
     lease_name text := leader_election.admin_change_begin(name);

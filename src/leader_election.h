@@ -180,6 +180,7 @@ extern void le_owner_rights_begin(LeOwnerRights *rights, Oid owner,
 								  bool added_code);
 extern void le_owner_rights_begin_statements(LeOwnerRights *rights, Oid owner,
 											 bool (*lock_and_decide) (void));
+extern void le_owner_rights_refuse_temp(bool (*lock_and_decide) (void));
 extern void le_owner_rights_end(LeOwnerRights *rights);
 
 /* direct_write.c */
@@ -194,6 +195,7 @@ extern TM_Result le_direct_update(Relation rel, Relation idx,
 								  ItemPointer otid, HeapTuple newtup);
 
 /* lease_store.c */
+extern void le_store_refuse_temp_objects(void);
 extern bool le_store_is_own_trigger(const Trigger *t);
 extern void le_store_read(const char *name, LeaseRow *row);
 extern void le_store_read_for_answer(const char *name, LeaseRow *row);

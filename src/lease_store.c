@@ -461,26 +461,6 @@ le_store_runs_added_code(Relation rel)
 }
 
 /*
- * Does the table fire no trigger but internal ones, and have no rule?  The
- * extension's own statements write history, leader_info and handovers too;
- * a trigger or rule there that wrote leader_election.leases would run
- * inside such a statement, where the leases' cache trigger takes its write
- * for the extension's own, so the cache would not learn of it.  While there
- * is one, answers read the table (le_store_load_rels).
- */
-static bool
-le_store_fires_no_user_code(Relation rel)
-{
-	if (rel->rd_rules != NULL)
-		return false;
-	if (rel->trigdesc != NULL)
-		for (int i = 0; i < rel->trigdesc->numtriggers; i++)
-			if (!rel->trigdesc->triggers[i].tgisinternal)
-				return false;
-	return true;
-}
-
-/*
  * test(rel) for another of the extension's tables, or `absent` if it does
  * not exist (the 1.0 objects, before ALTER EXTENSION UPDATE).
  */
@@ -548,23 +528,22 @@ le_store_load_rels_once(void)
 	rel = le_store_open(le_rels.leases, AccessShareLock);
 	le_store_check_columns(rel);
 	le_rels.table_owner = rel->rd_rel->relowner;
-	/*
-	 * Another trigger, or a rule, may rewrite the rows the extension writes
-	 * (a BEFORE trigger setting NEW.expires_at), and the cache learns what
-	 * the extension meant to write: so no cache while there is one.
-	 */
-	le_rels.cache_triggers_ok = le_store_has_cache_triggers(rel, &only_ours) &&
-		only_ours && rel->rd_rules == NULL &&
-		le_store_rel_is(le_rels.history, le_store_fires_no_user_code, true) &&
-		le_store_rel_is(le_rels.leader_info, le_store_fires_no_user_code, true) &&
-		le_store_rel_is(le_rels.handovers, le_store_fires_no_user_code, true);
-	le_rels.fast_path_ok = le_store_has_installed_shape(rel, only_ours) &&
-		le_direct_insert_allowed(rel, le_rels.leases_pkey, true);
 	le_rels.added_code = le_rel_runs_added_code(rel, le_store_is_own_trigger) ||
 		le_store_rel_is(le_rels.history, le_store_runs_added_code, false) ||
 		le_store_rel_is(le_rels.leader_info, le_store_runs_added_code, false) ||
 		le_store_rel_is(le_rels.handovers, le_store_runs_added_code, false) ||
 		le_store_rel_is(le_rels.term_era, le_store_runs_added_code, false);
+	/*
+	 * Code an administrator added may rewrite the rows the extension writes
+	 * (a BEFORE trigger setting NEW.expires_at) or write lease rows while
+	 * the extension's own write runs (a CHECK constraint's function), and
+	 * the cache learns only what the extension meant to write: so no cache
+	 * while there is any (owner_rights.c says what counts).
+	 */
+	le_rels.cache_triggers_ok = le_store_has_cache_triggers(rel, &only_ours) &&
+		only_ours && !le_rels.added_code;
+	le_rels.fast_path_ok = le_store_has_installed_shape(rel, only_ours) &&
+		le_direct_insert_allowed(rel, le_rels.leases_pkey, true);
 	table_close(rel, NoLock);
 	le_rels.history_direct_ok = false;
 	if (OidIsValid(le_rels.history) && OidIsValid(le_rels.history_pkey))
@@ -1108,6 +1087,14 @@ le_store_lock_and_decide(void)
 			table_close(le_store_open(rels[i], mode), NoLock);
 	le_store_load_rels();
 	return le_rels.added_code;
+}
+
+/* owner_rights.c's O3 for the administrator's name functions (name_admin.c). */
+void
+le_store_refuse_temp_objects(void)
+{
+	le_store_load_rels();
+	le_owner_rights_refuse_temp(le_store_lock_and_decide);
 }
 
 static void

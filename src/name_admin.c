@@ -18,6 +18,9 @@
  *	    other write of a lease;
  *	  - take the name's writer lock, held to the end of the transaction,
  *	    as every other change of the name does (lease.c, I1);
+ *	  - refuse a session with temporary tables or types while the tables
+ *	    carry code an administrator added (owner_rights.c, O3): the SQL
+ *	    half writes them as its owner, a superuser;
  *	  - and, once a term was ended, keep its "released" event to be sent
  *	    like every other event (notify_queue.c: after the transaction
  *	    commits, after every earlier event of the name and before every
@@ -51,6 +54,7 @@ le_admin_change_begin(PG_FUNCTION_ARGS)
 	PreventCommandIfReadOnly("a change of a lease name");
 	le_store_lock_for_admin_change();
 	le_lock_name_writer(name);
+	le_store_refuse_temp_objects();
 	le_xact_touched(name);
 	le_commit_note_write(name, 0);
 	PG_RETURN_TEXT_P(cstring_to_text(name));

@@ -102,6 +102,7 @@
 #include "catalog/pg_database.h"
 #include "commands/async.h"
 #include "common/hashfn.h"
+#include "common/pg_prng.h"
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
 #include "pgstat.h"
@@ -199,6 +200,9 @@ typedef struct LeSentCount
 } LeSentCount;
 
 static HTAB *le_sent = NULL;
+
+/* In a notifier: the queue it serves; -1 in every other backend. */
+static int	le_my_queue = -1;
 
 /*
  * Bytes of queued events this transaction sends itself, from the head of
@@ -329,10 +333,6 @@ le_lock_sender(void)
 }
 
 /*
- * N1: send, in this transaction, up to max of the queued events not yet
- * taken by it; they leave the queue when it commits.  Returns how many.
- */
-/*
  * NOTIFY payload in this transaction (N4).  PostgreSQL drops a NOTIFY
  * whose channel and payload equal one the transaction already sent, and
  * two events can be equal: the same info published again in a term (A,
@@ -344,9 +344,19 @@ le_lock_sender(void)
  * events repeat, and a notifier batch holds at most LE_NOTIFY_BATCH
  * events, so the spaces keep the payload under NOTIFY's 8000 bytes (the
  * largest info event is about 5 kB).
+ *
+ * An event of another transaction that a changing transaction sends (N2)
+ * could also meet a copy that the transaction's own caller sent with
+ * NOTIFY leader_election before (anyone can): PostgreSQL would drop the
+ * genuine one, and listeners would hear it where the copy stood, before
+ * events that precede it.  So such an event (unforgeable) ends with
+ * LE_NONCE_CHARS spaces and tabs drawn at random (64 bits), which nobody
+ * can copy in advance (no line breaks: listeners may read by line).
  */
+#define LE_NONCE_CHARS	64
+
 static void
-le_send(const char *payload)
+le_send(const char *payload, bool unforgeable)
 {
 	uint32		hash = hash_bytes((const unsigned char *) payload, strlen(payload));
 	LeSentCount *count;
@@ -365,7 +375,7 @@ le_send(const char *payload)
 	count = hash_search(le_sent, &hash, HASH_ENTER, &found);
 	if (!found)
 		count->sent = 0;
-	if (count->sent == 0)
+	if (count->sent == 0 && !unforgeable)
 		Async_Notify(LE_NOTIFY_CHANNEL, payload);
 	else
 	{
@@ -374,12 +384,24 @@ le_send(const char *payload)
 		initStringInfo(&buf);
 		appendStringInfoString(&buf, payload);
 		appendStringInfoSpaces(&buf, count->sent);
+		if (unforgeable)
+		{
+			uint64		nonce = pg_prng_uint64(&pg_global_prng_state);
+
+			for (int i = 0; i < LE_NONCE_CHARS; i++, nonce >>= 1)
+				appendStringInfoChar(&buf, (nonce & 1) ? '\t' : ' ');
+		}
 		Async_Notify(LE_NOTIFY_CHANNEL, buf.data);
 		pfree(buf.data);
 	}
 	count->sent++;
 }
 
+/*
+ * N1: send, in this transaction, up to max of the queued events not yet
+ * taken by it; they leave the queue when it commits.  Returns how many.
+ * Any transaction but the notifier's sends them unforgeable (le_send).
+ */
 static int
 le_take_queued(int qi, int max)
 {
@@ -424,7 +446,7 @@ le_take_queued(int qi, int max)
 		uint32		len;
 
 		memcpy(&len, p, sizeof(len));
-		le_send(p + LE_ENTRY_HEADER);
+		le_send(p + LE_ENTRY_HEADER, le_my_queue < 0);
 		p += LE_ENTRY_SIZE(len);
 	}
 	pfree(copy);
@@ -508,7 +530,7 @@ le_notify(const char *name, const char *event, const char *holder,
 	if (le_notify_shared == NULL)
 	{
 		/* Not preloaded: NOTIFY in this transaction, as in 1.0. */
-		le_send(buf.data);
+		le_send(buf.data, false);
 		pfree(buf.data);
 		return;
 	}
@@ -612,7 +634,7 @@ le_pre_commit(void)
 	if (qi >= 0 && queued_before)
 		(void) le_take_queued(qi, INT_MAX);
 	foreach(lc, le_pending)
-		le_send(((LePendingEvent *) lfirst(lc))->payload);
+		le_send(((LePendingEvent *) lfirst(lc))->payload, false);
 	le_pending = NIL;
 }
 
@@ -799,8 +821,6 @@ le_notify_register_callbacks(void)
 }
 
 /* ---- the notifier ---- */
-
-static int	le_my_queue = -1;
 
 static void
 le_notifier_exit(int code, Datum arg)

@@ -385,9 +385,20 @@ void
 le_owner_rights_begin_statements(LeOwnerRights *rights, Oid owner,
 								 bool (*lock_and_decide) (void))
 {
+	le_owner_rights_refuse_temp(lock_and_decide);
+	le_owner_rights_enter(rights, owner, true);
+}
+
+/*
+ * O3 alone, for the administrator's name functions, which act as their
+ * owner through SECURITY DEFINER (with a fixed search_path and
+ * standard_conforming_strings of their own) rather than through this file.
+ */
+void
+le_owner_rights_refuse_temp(bool (*lock_and_decide) (void))
+{
 	if (le_session_has_temp_relations_or_types() && lock_and_decide())
 		le_refuse_temp_objects();
-	le_owner_rights_enter(rights, owner, true);
 }
 
 void

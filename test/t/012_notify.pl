@@ -165,6 +165,32 @@ for my $v (qw(A B A))
 	is($e ? $e->{info}{v} : undef, $v, "info $v heard, in order");
 }
 
+# ---- a copy sent with NOTIFY does not displace a queued event ----
+# Anyone may NOTIFY leader_election with any payload.  A transaction that
+# sends the queued events itself (here: notify_delivery = in_transaction)
+# would have PostgreSQL drop a queued event equal to a copy its caller
+# sent before: the listener would hear it once, at the copy's place.  With
+# the notifier stopped, an info of 'cp' is queued; another session sends
+# a copy, then makes a change of its own with in_transaction delivery,
+# which sends the queued info too.
+$node->safe_psql('postgres', q{SELECT try_acquire_leader('cp', '1 hour', 'h')});
+event_is('cp', 'elected', { holder => 'h', reason => 'none' }, 'a holder of cp');
+my $cp_term = $node->safe_psql('postgres', q{SELECT leader_term('cp', 'h')});
+kill 'STOP', $notifier or die "cannot stop the notifier $notifier: $!";
+$node->safe_psql('postgres', q{SELECT set_leader_info('cp', '{"v": "X"}', 'h')});
+my $copy = qq({"name":"cp","event":"info","holder":"h","term":$cp_term,"reason":"none","info":{"v": "X"}});
+$node->safe_psql('postgres', qq{
+	SET leader_election.notify_delivery = in_transaction;
+	BEGIN;
+	NOTIFY leader_election, '$copy';
+	SELECT try_acquire_leader('cp-other', '1 hour', 'o');
+	COMMIT;
+});
+kill 'CONT', $notifier;
+event_is('cp-other', 'elected', { holder => 'o', reason => 'none' }, 'the copying transaction\'s own change');
+my @cp_info = grep { $_->{name} eq 'cp' && $_->{event} eq 'info' } @seen;
+is(scalar(@cp_info), 2, 'both the copy and the queued info are heard');
+
 # ---- no notifier for a database without the extension ----
 # A LISTEN there, then one in a database with the extension.  A notifier
 # the first had asked for would be started by the postmaster no later than
