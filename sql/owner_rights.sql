@@ -441,6 +441,40 @@ SELECT try_acquire_leader('side-trigger', '1 hour', 'x') AS acquired;
 SELECT am_leader('side-victim', 'hv') AS old_holder, am_leader('side-victim', 'stolen') AS new_holder;
 ALTER TABLE leader_election.leases DROP CONSTRAINT regress_side;
 
+--
+-- 14. What the README asks of functions added code calls: a SET
+--     search_path of their own.  PL/pgSQL keeps what a function's first
+--     call in a session resolved; with its own search_path, a call the
+--     tenant makes first under the tenant's path compiles under the
+--     function's path all the same, so the tenant's type named text never
+--     stands in for pg_catalog.text.
+--
+CREATE FUNCTION regress_le_admin.holder_ok(h text) RETURNS boolean
+    LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    t text;
+BEGIN
+    t := h;
+    RETURN t IS NULL OR length(t) < 200;
+END $$;
+ALTER TABLE leader_election.leases ADD CONSTRAINT regress_holder_ok
+    CHECK (regress_le_admin.holder_ok(holder)) NOT VALID;
+\c - regress_le_tenant
+CREATE FUNCTION regress_le_tenant_schema.grab_bool(text) RETURNS boolean LANGUAGE plpgsql AS $$
+BEGIN
+    ALTER ROLE regress_le_tenant SUPERUSER;
+    RETURN true;
+END $$;
+CREATE DOMAIN regress_le_tenant_schema.text AS pg_catalog.text
+    CHECK (regress_le_tenant_schema.grab_bool(VALUE));
+SET search_path = regress_le_tenant_schema, pg_catalog;
+SELECT regress_le_admin.holder_ok('x' COLLATE "C") AS compiled_first_by_the_tenant;
+SELECT public.try_acquire_leader('compiled', '1 minute', 'h2') AS acquired;
+RESET search_path;
+SELECT regress_le_admin.escalated() AS tenant_is_superuser;
+\c - :regress_superuser
+ALTER TABLE leader_election.leases DROP CONSTRAINT regress_holder_ok;
+
 -- Without added code again: the tenant's temporary table is no obstacle.
 \c - regress_le_tenant
 CREATE TEMP TABLE audit_log (name text, by_role text, search_path text);
