@@ -15,7 +15,8 @@
  * as the owner, so:
  *
  * O1  Every statement or direct write made with the owner's rights runs
- *     between le_owner_rights_begin() and le_owner_rights_end(), as a
+ *     between le_owner_rights_begin() (or _begin_statements()) and
+ *     le_owner_rights_end(), as a
  *     security-restricted operation (as PostgreSQL runs a table owner's
  *     index expressions in VACUUM or CREATE INDEX): nothing that runs
  *     there can SET ROLE, create temporary objects, LISTEN or PREPARE in
@@ -53,8 +54,10 @@
  * A false alarm costs only O2's and O3's restrictions, never a wrong
  * answer.
  *
- * This file decides nothing about leases; lease_store.c and
- * task_registry.c decide when to act as the owner.
+ * This file decides nothing about leases; lease_store.c, task_registry.c
+ * and role_guard.c decide when to act as the owner, and name_admin.c
+ * applies O3 for the administrator's SECURITY DEFINER functions, which
+ * carry O2's settings in their own definitions.
  *
  *-------------------------------------------------------------------------
  */
@@ -66,8 +69,6 @@
 #include "access/stratnum.h"
 #include "access/table.h"
 #include "access/transam.h"
-#include "catalog/dependency.h"
-#include "catalog/indexing.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_class.h"
 #include "catalog/pg_depend.h"
