@@ -18,6 +18,9 @@
  */
 #include "postgres.h"
 
+#include "access/xact.h"
+#include "catalog/pg_conversion.h"
+#include "catalog/pg_namespace.h"
 #include "common/int.h"
 #include "fmgr.h"
 #include "mb/pg_wchar.h"
@@ -44,6 +47,13 @@
  *	  other encodings (WIN*, KOI8*, EUC_*, MULE_INTERNAL)
  *	                nothing more: bytes 0x80-0x9F are printable characters
  *	                or parts of multibyte characters there
+ *
+ * And in every encoding but UTF8 and SQL_ASCII, characters that have no
+ * UTF-8 equivalent (WIN1252's undefined 0x81, 0x8D, 0x8F, 0x90, 0x9D, say:
+ * le_utf8_conversion_problem): monitoring reads names, holders and info through UTF-8
+ * clients (postgres_exporter, most drivers), and one such character in one
+ * role's row makes every read of the leaders view that includes it fail
+ * (22P05), blanking every other role's leases there.
  */
 
 /* Cf, Zl and Zp as of Unicode 15.0, sorted; both ends included. */
@@ -110,6 +120,39 @@ le_utf8_problem(const unsigned char *s, size_t len)
 	return NULL;
 }
 
+/*
+ * The problem with s (len bytes of the database's encoding, neither UTF8 nor
+ * SQL_ASCII) if some character has no UTF-8 equivalent, else NULL.
+ * Converted with pg_catalog's default conversion, never one a caller's
+ * search_path could supply.  Needs a transaction (catalog lookup); a setting
+ * checked outside one (read at a backend's start) is checked again where it
+ * is used (le_resolve_identity).
+ */
+const char *
+le_utf8_conversion_problem(const char *s, size_t len)
+{
+	int			encoding = GetDatabaseEncoding();
+	Oid			proc;
+	unsigned char *buf;
+	Size		buflen;
+	int			converted;
+
+	if (encoding == PG_UTF8 || encoding == PG_SQL_ASCII || !IsTransactionState())
+		return NULL;
+	proc = FindDefaultConversion(PG_CATALOG_NAMESPACE, encoding, PG_UTF8);
+	if (!OidIsValid(proc))
+		return NULL;			/* no UTF-8 client can connect to this database */
+	buflen = (Size) len * MAX_CONVERSION_GROWTH + 1;
+	buf = palloc(buflen);
+	converted = pg_do_encoding_conversion_buf(proc, encoding, PG_UTF8,
+											  (unsigned char *) unconstify(char *, s),
+											  (int) len, buf, (int) buflen, true);
+	pfree(buf);
+	if ((size_t) converted != len)
+		return "must not contain characters that have no UTF-8 equivalent";
+	return NULL;
+}
+
 /* The problem with the characters of s (len bytes), or NULL if none. */
 static const char *
 le_character_problem(const char *s, size_t len)
@@ -138,7 +181,7 @@ le_character_problem(const char *s, size_t len)
 			if (u[i] >= 0x80 && u[i] <= 0x9F)
 				return "must not contain control characters";
 	}
-	return NULL;
+	return le_utf8_conversion_problem(s, len);
 }
 
 /*

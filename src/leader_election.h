@@ -155,6 +155,7 @@ extern bool le_check_holder_setting(const char *value, const char *setting);
 extern char *le_checked_name(FunctionCallInfo fcinfo, int argno);
 extern char *le_checked_optional_holder(FunctionCallInfo fcinfo, int argno);
 extern const char *le_label_problem(const char *s, int max_bytes);
+extern const char *le_utf8_conversion_problem(const char *s, size_t len);
 extern void le_check_holder_text(const char *holder, const char *what);
 extern int64 le_checked_interval(FunctionCallInfo fcinfo, int argno,
 								 const char *what, int64 min_usecs,
@@ -308,6 +309,7 @@ extern void le_waiters_shmem_init(void);
 extern void le_waiter_register(const char *name, const char *holder, int32 priority);
 extern void le_waiter_unregister(bool acquired);
 extern bool le_waiter_outranked(const char *name, const char *barred);
+extern int32 le_waiters_for_name(const char *name);
 
 /* commit_rules.c */
 extern void le_commit_note_write(const char *name, TimestampTz expires_at);

@@ -15,7 +15,8 @@
  *
  * Its text form may have at most LE_MAX_INFO_BYTES bytes (54000 beyond):
  * the NOTIFY payload that carries it must stay under NOTIFY's 8000 bytes,
- * and the document is read on every current_leader().
+ * and the document is read on every current_leader().  It must also convert
+ * to UTF-8 (22023), as names and holders must (input.c says why).
  *
  * This file must never write a lease row: it only reads the lease to decide
  * whether the caller validly holds it.
@@ -76,6 +77,12 @@ set_leader_info(PG_FUNCTION_ARGS)
 							strlen(text), LE_MAX_INFO_BYTES),
 					 errdetail("The size is that of the document's text form."),
 					 errhint("Publish an address or a key; keep larger documents elsewhere.")));
+		/* Readable by every monitoring client (input.c). */
+		if (le_utf8_conversion_problem(text, strlen(text)) != NULL)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("leader info must not contain characters that have no UTF-8 equivalent"),
+					 errdetail("Monitoring reads leader info through UTF-8 clients.")));
 	}
 	PreventCommandDuringRecovery("set_leader_info()");
 	PreventCommandIfReadOnly("set_leader_info()");

@@ -1287,7 +1287,7 @@ le_waiting_candidates_sql(PG_FUNCTION_ARGS)
 	le_store_read(name, &row);
 	if (row.found && !has_privs_of_role(GetUserId(), row.owner))
 		PG_RETURN_NULL();		/* another role's name: nothing to say (I8) */
-	n = le_waiting_candidates(name);
+	n = le_waiters_for_name(name);
 	if (n < 0)
 		PG_RETURN_NULL();
 	PG_RETURN_INT32(n);

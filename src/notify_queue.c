@@ -337,13 +337,14 @@ le_lock_sender(void)
  * whose channel and payload equal one the transaction already sent, and
  * two events can be equal: the same info published again in a term (A,
  * then B, then A) and sent in one notifier batch or one transaction.  So a
- * payload sent for the k-th time in a transaction gets k - 1 trailing
- * spaces, insignificant in JSON.  Counted per hash of the payload: two
- * payloads whose hashes collide only get spaces they did not need, and no
- * payload ends with a space, so the texts sent stay distinct.  Only info
- * events repeat, and a notifier batch holds at most LE_NOTIFY_BATCH
- * events, so the spaces keep the payload under NOTIFY's 8000 bytes (the
- * largest info event is about 5 kB).
+ * payload sent for the k-th time in a transaction ends with a mark of k - 1
+ * (le_append_copy_mark): spaces and tabs, insignificant in JSON, a
+ * different mark for every k and at most 32 characters, so that even a
+ * transaction that repeats the largest info (an event of about 5 kB)
+ * thousands of times stays under NOTIFY's 8000 bytes.  Counted per hash of
+ * the payload: two payloads whose hashes collide only get marks they did
+ * not need, and no payload ends with a space or tab, so the texts sent stay
+ * distinct.
  *
  * An event of another transaction that a changing transaction sends (N2)
  * could also meet a copy that the transaction's own caller sent with
@@ -354,6 +355,21 @@ le_lock_sender(void)
  * can copy in advance (no line breaks: listeners may read by line).
  */
 #define LE_NONCE_CHARS	64
+
+/*
+ * Append n (> 0) as spaces and tabs, in bijective base 2: every n gets its
+ * own string, of about log2(n) characters.
+ */
+static void
+le_append_copy_mark(StringInfo buf, uint32 n)
+{
+	while (n > 0)
+	{
+		n--;
+		appendStringInfoChar(buf, (n & 1) ? '\t' : ' ');
+		n >>= 1;
+	}
+}
 
 static void
 le_send(const char *payload, bool unforgeable)
@@ -383,7 +399,7 @@ le_send(const char *payload, bool unforgeable)
 
 		initStringInfo(&buf);
 		appendStringInfoString(&buf, payload);
-		appendStringInfoSpaces(&buf, count->sent);
+		le_append_copy_mark(&buf, count->sent);
 		if (unforgeable)
 		{
 			uint64		nonce = pg_prng_uint64(&pg_global_prng_state);

@@ -263,3 +263,34 @@ le_waiter_outranked(const char *name, const char *barred)
 	SpinLockRelease(&le_waiters->mutex);
 	return outranked;
 }
+
+/*
+ * How many sessions wait in wait_for_leadership() for `name` in this
+ * database, exactly (-1 without shared memory): what waiting_candidates()
+ * shows.  The wakeup slot's count also counts the waiters of every name
+ * sharing the slot, another role's among them, so it only says when there
+ * is nobody to look for.
+ */
+int32
+le_waiters_for_name(const char *name)
+{
+	uint32		hash;
+	int32		n = 0;
+
+	if (le_waiters == NULL || le_waiting_candidates(name) < 0)
+		return -1;
+	if (le_waiting_candidates(name) == 0)
+		return 0;
+	hash = hash_bytes((const unsigned char *) name, strlen(name));
+	SpinLockAcquire(&le_waiters->mutex);
+	for (int i = 0; i < le_waiters->size; i++)
+	{
+		LeWaiter   *w = &le_waiters->entries[i];
+
+		if (w->pid != 0 && w->name_hash == hash && w->dbid == MyDatabaseId &&
+			strcmp(le_labels(i)->name, name) == 0)
+			n++;
+	}
+	SpinLockRelease(&le_waiters->mutex);
+	return n;
+}

@@ -6,7 +6,8 @@
 # the holder dropping its liveness lock (pg_advisory_unlock_all), expiry of
 # a named lease, end of a fenced transaction.  A timeout returns false;
 # cancel and statement_timeout interrupt it with 57014 and leave nothing
-# behind, and a terminated waiter is no longer counted.  Of two waiters
+# behind, and a terminated waiter is no longer counted, nor counted for
+# another name.  Of two waiters
 # exactly one wins, the other keeps waiting.
 #
 # Holder ttls are an hour wherever the test is about a wakeup other than
@@ -59,6 +60,13 @@ sub new_holder
 	ok(le_start_wait($node, $w, q{SELECT wait_for_leadership('rel', '1 hour')}),
 		'rel: waiter blocks in wait_for_leadership');
 	is(waiting_candidates('rel'), '1', 'rel: leaders.waiting_candidates = 1');
+	# Waiters share 1024 wakeup slots with the names that hash alike; about
+	# 20 of these 20,000 names share rel's, and showed its waiter as theirs
+	# (another role's name among them).
+	is($node->safe_psql('postgres', q{
+			SELECT count(*) FROM generate_series(1, 20000) g
+			 WHERE leader_election.waiting_candidates('x' || g) <> 0}),
+		'0', 'rel: no other name counts its waiter');
 	is($h->query_safe(q{SELECT release_leader('rel')}), 't', 'rel: holder releases');
 	is(wait_result($w), 't', 'rel: the waiter wakes and acquires');
 	is($w->query_safe(q{SELECT leader_term('rel')}), '2', 'rel: with term 2');

@@ -4,7 +4,8 @@
 # "released" on release, "elected" with reason "session_ended" after the
 # holder's backend was terminated and a candidate took over, "elected" with
 # reason "expired" after an expiry takeover; a rolled-back acquisition sends
-# nothing.  With the library preloaded (le_node), the first LISTEN starts
+# nothing; a payload repeated thousands of times in one transaction still
+# commits, every copy heard.  With the library preloaded (le_node), the first LISTEN starts
 # the database's notifier before any change, so that the first change is
 # sent by a worker already running; a LISTEN in a database without the
 # extension starts none.
@@ -216,6 +217,35 @@ ok( !le_wait_until(
 		2),
 	'a LISTEN in a database without the extension starts no notifier');
 le_quit($plain, $with);
+
+# ---- a payload repeated thousands of times in one transaction ----
+# Each copy of a payload in a sending transaction ends with a mark of its
+# own.  The mark was one space per earlier copy: after some 3,800 copies of
+# the largest info the event outgrew NOTIFY's 8000 bytes and the COMMIT
+# failed, only because someone in the cluster listened (here: $listener).
+$node->safe_psql('with_extension', q{SELECT try_acquire_leader('big', '1 hour', 'h')});
+my ($rc, $out, $err) = $node->psql('with_extension', q{
+	SET leader_election.notify_delivery = in_transaction;
+	BEGIN;
+	SELECT count(*) FROM generate_series(1, 4000) g
+	 WHERE set_leader_info('big', jsonb_build_object('pad', repeat('x', 4085)), 'h');
+	COMMIT;});
+is($err, '', 'a transaction that publishes the largest info 4,000 times commits');
+is($node->safe_psql('with_extension', q{SELECT length(info::text) FROM current_leader('big')}),
+	'4096', 'and the info is set (the largest allowed)');
+# The marks keep copies distinct: every one of 40 is heard.
+$node->safe_psql('postgres', q{
+	SET leader_election.notify_delivery = in_transaction;
+	BEGIN;
+	SELECT count(*) FROM generate_series(1, 40) g WHERE set_leader_info('inf', '{"v": "R"}', 'h');
+	COMMIT;});
+my $heard = 0;
+for (1 .. 40)
+{
+	$heard++
+	  if next_event(sub { $_[0]{name} eq 'inf' && $_[0]{event} eq 'info' && $_[0]{info}{v} eq 'R' });
+}
+is($heard, 40, '40 equal events of one transaction are all heard');
 
 le_quit($listener);
 $node->stop;

@@ -12,7 +12,11 @@
 #      other than superusers and the database owner may create objects.
 #  (2) Bad bytes in single-byte encodings: in LATIN1 the C1 controls
 #      0x80-0x9F (0x9B is the 8-bit CSI of terminals) must be refused, as in
-#      UTF8; in SQL_ASCII names and holders are checked as UTF-8.
+#      UTF8; in SQL_ASCII names and holders are checked as UTF-8.  In
+#      WIN1252 the bytes without a character (0x81, 0x8D, 0x8F, 0x90, 0x9D)
+#      must be refused in names, holders and info: PostgreSQL cannot convert
+#      them for a UTF-8 client, so one such name of one role made the
+#      superuser's (and postgres_exporter's) read of the leaders view fail.
 #  (3) pg_dump keeps registered tasks, with their owner by name (a restore
 #      into a cluster where role OIDs differ must not hand a task to
 #      another role) and the id sequence.
@@ -175,6 +179,8 @@ my @cases = (
 	[ 'latin1', 'NBSP 0xA0', q{'a' || chr(160) || 'b'}, '' ],
 	[ 'win1252', 'euro sign 0x80', q{'a' || chr(128)}, '' ],
 	[ 'win1252', 'ellipsis 0x85', q{'a' || chr(133)}, '' ],
+	[ 'win1252', 'undefined 0x81', q{'squat' || chr(129)}, '22023' ],
+	[ 'win1252', 'undefined 0x9D', q{chr(157) || 'x'}, '22023' ],
 	[ 'sqlascii', 'lone 0x9B', q{E'a\\x9b[2J'}, '22023' ],
 	[ 'sqlascii', 'NEL as UTF-8', q{E'a\\xc2\\x85b'}, '22023' ],
 	[ 'sqlascii', 'RLO as UTF-8', q{E'a\\xe2\\x80\\xaeb'}, '22023' ],
@@ -194,6 +200,18 @@ is($node->safe_psql('latin1', q{
 	SELECT count(*) FROM leader_election.leases
 	 WHERE name ~ ('[' || chr(128) || '-' || chr(159) || ']')}),
 	'0', 'latin1: no lease name holds a C1 byte');
+is(sqlstate('win1252', q{
+	SELECT try_acquire_leader('info-test', '1 minute', 'h');
+	SELECT set_leader_info('info-test', jsonb_build_object('url', 'a' || chr(129)), 'h')}),
+	'22023', 'win1252: info with an undefined byte refused');
+is($node->safe_psql('win1252', q{
+	SET client_encoding = 'UTF8';
+	SELECT string_agg(name || '/' || coalesce(holder, '') || '/' || coalesce(info::text, ''), ','
+	                  ORDER BY name)
+	  FROM leader_election.leaders}),
+	# (psql prints UTF-8 octets: the euro sign, the ellipsis)
+	"a\xe2\x82\xac/h/,a\xe2\x80\xa6/h/,holder-test/a\xe2\x82\xac/,info-test/h/",
+	'win1252: a UTF-8 client reads every lease of the leaders view');
 
 # ==== (3) pg_dump keeps the tasks, owners by name ====
 $node->safe_psql('postgres', q{
