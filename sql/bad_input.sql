@@ -195,6 +195,25 @@ RESET TimeZone;
 SELECT wait_for_leadership('timeout-0', '1 minute', '0', 'h') AS timeout_0,
        wait_for_leadership('timeout-max', '1 minute', '36500 days', 'h') AS timeout_36500_days,
        wait_for_leadership('timeout-null', '1 minute', NULL, 'h') AS timeout_null;
+-- 'infinity' and '-infinity' (PostgreSQL 17 and later; earlier majors
+-- cannot parse them) are refused as not finite, not as having months.
+DO $$
+DECLARE
+    calls text[] := ARRAY[
+        $c$SELECT try_acquire_leader('inf', 'infinity', 'h')$c$,
+        $c$SELECT try_acquire_leader('inf', '-infinity', 'h')$c$,
+        $c$SELECT wait_for_leadership('inf', '1 minute', 'infinity', 'h')$c$];
+    c text;
+BEGIN
+    FOREACH c IN ARRAY calls LOOP
+        BEGIN
+            EXECUTE c;
+            RAISE NOTICE '%: accepted', c;
+        EXCEPTION WHEN others THEN
+            RAISE NOTICE '%: refused, the message mentions months: %', c, SQLERRM LIKE '%month%';
+        END;
+    END LOOP;
+END $$;
 
 --
 -- Byte-wise names: case and Unicode normalisation make different leases.

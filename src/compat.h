@@ -22,6 +22,7 @@
 #include "access/xlogrecovery.h"
 #endif
 #include "storage/lock.h"
+#include "datatype/timestamp.h"
 #include "utils/guc.h"
 #include "utils/wait_event.h"
 
@@ -141,5 +142,19 @@ le_wait_event_for_leadership(void)
 #if PG_VERSION_NUM >= 150000
 #define LE_HAVE_SHMEM_REQUEST_HOOK 1
 #endif
+
+/*
+ * Whether an interval is 'infinity' or '-infinity' (PostgreSQL 17 and later
+ * have them, stored with the month field at its extremes).
+ */
+static inline bool
+le_interval_is_infinite(const Interval *iv)
+{
+#if PG_VERSION_NUM >= 170000
+	return INTERVAL_NOT_FINITE(iv);
+#else
+	return false;
+#endif
+}
 
 #endif							/* LE_COMPAT_H */

@@ -8,7 +8,8 @@
  *	  NULL where a value is required          22004
  *	  empty, over-long, control characters,
  *	  invisible or bidirectional formatting   22023
- *	  interval with months, out of bounds     22023
+ *	  interval infinite, with months, out of
+ *	  bounds                                  22023
  *
  * Names and holders are compared byte-wise everywhere (COLLATE "C"), so no
  * normalisation happens here: 'Job', 'job' and the NFC and NFD spellings of
@@ -27,6 +28,7 @@
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
 
+#include "compat.h"
 #include "leader_election.h"
 
 /*
@@ -273,6 +275,11 @@ le_checked_interval(FunctionCallInfo fcinfo, int argno, const char *what,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("%s must not be null", what)));
 	iv = PG_GETARG_INTERVAL_P(argno);
+	if (le_interval_is_infinite(iv))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must be finite", what),
+				 errhint("Use days, hours, minutes or seconds.")));
 	if (iv->month != 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
