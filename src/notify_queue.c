@@ -76,7 +76,8 @@
  *
  * N4  Every event is heard, even one equal to an earlier one: PostgreSQL
  *     drops a NOTIFY equal to one its transaction already sent, so a
- *     repeated payload is made distinct with trailing spaces (le_send).
+ *     repeated payload is made distinct with a trailing mark of spaces
+ *     and tabs (le_send).
  *
  * While no session has run LISTEN leader_election (listeners.c, L1), a
  * transaction still reserves room at PRE_COMMIT (whether or not a notifier
