@@ -1271,7 +1271,8 @@ le_lease_is_valid(PG_FUNCTION_ARGS)
 /*
  * leader_election.waiting_candidates(name text) returns integer: sessions
  * blocked in wait_for_leadership() for the name; NULL without preloading,
- * and for a name the caller may not use.
+ * for a name the caller may not use, and for a name not in use (whose
+ * first row may be another role's, not yet committed).
  */
 PG_FUNCTION_INFO_V1(le_waiting_candidates_sql);
 Datum
@@ -1285,8 +1286,8 @@ le_waiting_candidates_sql(PG_FUNCTION_ARGS)
 		PG_RETURN_NULL();
 	name = text_to_cstring(PG_GETARG_TEXT_PP(0));
 	le_store_read(name, &row);
-	if (row.found && !has_privs_of_role(GetUserId(), row.owner))
-		PG_RETURN_NULL();		/* another role's name: nothing to say (I8) */
+	if (!row.found || !has_privs_of_role(GetUserId(), row.owner))
+		PG_RETURN_NULL();		/* perhaps another role's name: nothing to say (I8) */
 	n = le_waiters_for_name(name);
 	if (n < 0)
 		PG_RETURN_NULL();

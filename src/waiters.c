@@ -6,7 +6,9 @@
  *	  lease.c).
  *
  * With the library in shared_preload_libraries, shared memory holds one
- * entry per backend that can wait (max_connections + max_worker_processes);
+ * entry per backend that can wait (max_connections + max_worker_processes +
+ * max_wal_senders: a walsender of a replication=database connection runs
+ * SQL too);
  * a waiter fills one for the whole of its wait with its database, the name,
  * its priority and a ticket from a counter (its place in the queue).  A
  * waiter is outranked if another entry for the same database and name has
@@ -38,6 +40,7 @@
 #include "common/hashfn.h"
 #include "miscadmin.h"
 #include "postmaster/bgworker.h"
+#include "replication/walsender.h"
 #include "storage/ipc.h"
 #include "storage/shmem.h"
 #include "storage/spin.h"
@@ -82,7 +85,7 @@ static bool le_waiters_exit_registered = false;
 static int
 le_waiters_count(void)
 {
-	return MaxConnections + max_worker_processes;
+	return MaxConnections + max_worker_processes + max_wal_senders;
 }
 
 static Size
