@@ -21,8 +21,8 @@
 #if PG_VERSION_NUM >= 150000
 #include "access/xlogrecovery.h"
 #endif
-#include "storage/lock.h"
 #include "datatype/timestamp.h"
+#include "storage/lock.h"
 #include "utils/guc.h"
 #include "utils/wait_event.h"
 

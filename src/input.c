@@ -51,11 +51,11 @@
  *	                or parts of multibyte characters there
  *
  * And in every encoding but UTF8 and SQL_ASCII, characters that have no
- * UTF-8 equivalent (WIN1252's undefined 0x81, 0x8D, 0x8F, 0x90, 0x9D, say:
- * le_utf8_conversion_problem): monitoring reads names, holders and info through UTF-8
- * clients (postgres_exporter, most drivers), and one such character in one
- * role's row makes every read of the leaders view that includes it fail
- * (22P05), blanking every other role's leases there.
+ * UTF-8 equivalent (WIN1252's undefined 0x81, 0x8D, 0x8F, 0x90, 0x9D, say;
+ * le_utf8_conversion_problem): monitoring reads names, holders and info
+ * through UTF-8 clients (postgres_exporter, most drivers), and one such
+ * character in one role's row makes every read of the leaders view that
+ * includes it fail (22P05), blanking every other role's leases there.
  */
 
 /* Cf, Zl and Zp as of Unicode 15.0, sorted; both ends included. */

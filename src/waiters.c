@@ -277,12 +277,13 @@ le_waiter_outranked(const char *name, const char *barred)
 int32
 le_waiters_for_name(const char *name)
 {
+	int32		in_slot = le_waiting_candidates(name);
 	uint32		hash;
 	int32		n = 0;
 
-	if (le_waiters == NULL || le_waiting_candidates(name) < 0)
+	if (le_waiters == NULL || in_slot < 0)
 		return -1;
-	if (le_waiting_candidates(name) == 0)
+	if (in_slot == 0)
 		return 0;
 	hash = hash_bytes((const unsigned char *) name, strlen(name));
 	SpinLockAcquire(&le_waiters->mutex);
