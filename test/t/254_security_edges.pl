@@ -204,6 +204,9 @@ is(sqlstate('win1252', q{
 	SELECT try_acquire_leader('info-test', '1 minute', 'h');
 	SELECT set_leader_info('info-test', jsonb_build_object('url', 'a' || chr(129)), 'h')}),
 	'22023', 'win1252: info with an undefined byte refused');
+is(sqlstate('win1252', q{
+	SELECT release_leader('holder-test', 'a' || chr(128), 'next' || chr(129))}),
+	'22023', 'win1252: successor with an undefined byte refused (the lease stays: below)');
 is($node->safe_psql('win1252', q{
 	SET client_encoding = 'UTF8';
 	SELECT string_agg(name || '/' || coalesce(holder, '') || '/' || coalesce(info::text, ''), ','
