@@ -106,6 +106,24 @@ SELECT try_acquire_leader('bad', '1 minute', 'host-a') AS acquired;
 SELECT pg_temp.try($$SELECT release_leader('bad', 'host-a', '')$$) AS empty_successor;
 SELECT pg_temp.try($$SELECT release_leader('bad', 'host-a', E'a\nb')$$) AS control_successor;
 SELECT pg_temp.try($$SELECT release_leader('bad', 'host-a', repeat('s', 256))$$) AS long_successor;
+-- The releasing holder as its own successor, and session identities that
+-- current_leader() could never show: refused, and the lease stays held.
+SELECT pg_temp.try($$SELECT release_leader('bad', 'host-a', 'host-a')$$) AS self_successor;
+SELECT pg_temp.try($$SELECT release_leader('bad', 'host-a', 'session:')$$) AS bare_session_successor;
+SELECT pg_temp.try($$SELECT release_leader('bad', 'host-a', 'session:host-b')$$) AS named_session_successor;
+SELECT pg_temp.try($$SELECT release_leader('bad', 'host-a', 'session:12:34@5')$$) AS no_timeline_successor;
+SELECT pg_temp.try($$SELECT release_leader('bad', 'host-a', 'session: 12:34')$$) AS spaced_session_successor;
+SELECT pg_temp.try($$SELECT release_leader('bad', 'host-a', 'session:12:34@5.1x')$$) AS trailing_session_successor;
+SELECT pg_temp.try($$SELECT leader_election.move_leader('bad', 'session:-1:34')$$) AS negative_pid_successor;
+SELECT count(*) AS reservations FROM leader_election.handovers WHERE name = 'bad';
+-- Well-formed session identities, of this server's form and of 1.0's, are
+-- accepted as successors.
+SELECT try_acquire_leader('to-session', '1 minute', 'host-a') AS acquired;
+SELECT release_leader('to-session', 'host-a', 'session:12:34@5.1') AS handed_to_session;
+SELECT try_acquire_leader('to-old-session', '1 minute', 'host-a') AS acquired;
+SELECT release_leader('to-old-session', 'host-a', 'session:12:34') AS handed_to_old_session;
+SELECT name, successor FROM leader_election.handovers
+ WHERE name IN ('to-session', 'to-old-session') ORDER BY name;
 SELECT holder FROM current_leader('bad');
 
 --

@@ -40,7 +40,8 @@
 /*
  * The optional successor in argument argno; NULL if not given.  Checked as
  * a name is; unlike an explicit holder it may be a session identity
- * (session:..., as current_leader() shows it).
+ * (session:..., as current_leader() shows it), which must then have the
+ * shape of one.
  */
 char *
 le_checked_optional_successor(FunctionCallInfo fcinfo, int argno)
@@ -56,6 +57,14 @@ le_checked_optional_successor(FunctionCallInfo fcinfo, int argno)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("successor %s", problem)));
+	if (strncmp(successor, LE_SESSION_PREFIX, strlen(LE_SESSION_PREFIX)) == 0 &&
+		!le_session_identity_well_formed(successor))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("successor \"%s\" is not a session identity", successor),
+				 errdetail("A successor starting with \"%s\" names a session as current_leader() shows it: \"%s<pid>:<start>@<system identifier>.<timeline>\".",
+						   LE_SESSION_PREFIX, LE_SESSION_PREFIX),
+				 errhint("Copy the identity from current_leader(), or name a holder without that prefix.")));
 	return successor;
 }
 

@@ -150,6 +150,47 @@ le_session_is_local(const char *holder)
 	return sysid == GetSystemIdentifier() && (TimeLineID) tli == le_server_timeline();
 }
 
+/* Skip the digits at *p, at least one and at most max_digits; false if none. */
+static bool
+le_skip_digits(const char **p, int max_digits)
+{
+	int			n = 0;
+
+	while (n < max_digits && (*p)[n] >= '0' && (*p)[n] <= '9')
+		n++;
+	*p += n;
+	return n > 0 && !((*p)[0] >= '0' && (*p)[0] <= '9');
+}
+
+/*
+ * Could identity be a session identity this module makes?
+ * "session:<pid>:<start>@<system identifier>.<timeline>", or 1.0's form
+ * without the server part; every field decimal digits, the start value
+ * possibly negative.  Only the shape is checked: such a session may never
+ * have existed, or have ended long ago.
+ */
+bool
+le_session_identity_well_formed(const char *identity)
+{
+	const char *p = identity;
+
+	if (strncmp(p, LE_SESSION_PREFIX, strlen(LE_SESSION_PREFIX)) != 0)
+		return false;
+	p += strlen(LE_SESSION_PREFIX);
+	if (!le_skip_digits(&p, 10) || *p++ != ':')
+		return false;
+	if (*p == '-')
+		p++;
+	if (!le_skip_digits(&p, 19))
+		return false;
+	if (*p == '\0')
+		return true;			/* 1.0's form */
+	if (*p++ != '@' || !le_skip_digits(&p, 20) || *p++ != '.' ||
+		!le_skip_digits(&p, 10))
+		return false;
+	return *p == '\0';
+}
+
 /* Resolve the caller's identity; explicit_holder is already validated. */
 LeIdentity
 le_resolve_identity(const char *explicit_holder)

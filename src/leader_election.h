@@ -163,6 +163,7 @@ extern int64 le_checked_interval(FunctionCallInfo fcinfo, int argno,
 
 /* identity.c */
 extern LeIdentity le_resolve_identity(const char *explicit_holder);
+extern bool le_session_identity_well_formed(const char *identity);
 extern void le_hold_session_liveness_lock(void);
 extern bool le_session_alive(const char *holder, int32 pid, TimestampTz started);
 extern bool le_is_own_session(int32 pid, TimestampTz started);

@@ -721,6 +721,11 @@ release_leader(PG_FUNCTION_ARGS)
 
 	le_prevent_if_read_only("release_leader()");
 	who = le_resolve_identity(holder);
+	if (successor != NULL && strcmp(successor, who.holder) == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("the successor of a hand-over must not be the releasing holder \"%s\"", who.holder),
+				 errhint("Name another holder, or none.")));
 
 	le_store_read_for_answer(name, &row);
 	le_check_owner(name, &row);
