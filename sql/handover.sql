@@ -114,16 +114,26 @@ SELECT pg_temp.try($$SELECT release_leader('bad', 'host-a', 'session:host-b')$$)
 SELECT pg_temp.try($$SELECT release_leader('bad', 'host-a', 'session:12:34@5')$$) AS no_timeline_successor;
 SELECT pg_temp.try($$SELECT release_leader('bad', 'host-a', 'session: 12:34')$$) AS spaced_session_successor;
 SELECT pg_temp.try($$SELECT release_leader('bad', 'host-a', 'session:12:34@5.1x')$$) AS trailing_session_successor;
-SELECT pg_temp.try($$SELECT leader_election.move_leader('bad', 'session:-1:34')$$) AS negative_pid_successor;
+SELECT pg_temp.try($$SELECT leader_election.move_leader('bad', 'session:-1:34@5.1')$$) AS negative_pid_successor;
+SELECT pg_temp.try($$SELECT release_leader('bad', 'host-a', 'session:012:34@5.1')$$) AS leading_zero_successor;
+SELECT pg_temp.try($$SELECT release_leader('bad', 'host-a', 'session:2147483648:34@5.1')$$) AS pid_range_successor;
+SELECT pg_temp.try($$SELECT release_leader('bad', 'host-a', 'session:12:9223372036854775808@5.1')$$) AS start_range_successor;
+SELECT pg_temp.try($$SELECT release_leader('bad', 'host-a', 'session:12:34@18446744073709551616.1')$$) AS sysid_range_successor;
+SELECT pg_temp.try($$SELECT release_leader('bad', 'host-a', 'session:12:34@5.0')$$) AS timeline_zero_successor;
+SELECT pg_temp.try($$SELECT release_leader('bad', 'host-a', 'session:12:-0@5.1')$$) AS minus_zero_successor;
+-- 1.0's form, without the server part: no session of this library has it.
+SELECT pg_temp.try($$SELECT release_leader('bad', 'host-a', 'session:12:34')$$) AS old_form_successor;
 SELECT count(*) AS reservations FROM leader_election.handovers WHERE name = 'bad';
--- Well-formed session identities, of this server's form and of 1.0's, are
--- accepted as successors.
+-- Well-formed session identities are accepted as successors: this
+-- session's own, and one whose start is before 2000 (negative).
 SELECT try_acquire_leader('to-session', '1 minute', 'host-a') AS acquired;
-SELECT release_leader('to-session', 'host-a', 'session:12:34@5.1') AS handed_to_session;
-SELECT try_acquire_leader('to-old-session', '1 minute', 'host-a') AS acquired;
-SELECT release_leader('to-old-session', 'host-a', 'session:12:34') AS handed_to_old_session;
-SELECT name, successor FROM leader_election.handovers
- WHERE name IN ('to-session', 'to-old-session') ORDER BY name;
+SELECT release_leader('to-session', 'host-a', 'session:12:-34@5.4294967295') AS handed_to_session;
+SELECT try_acquire_leader('to-own-session', '1 minute', 'host-a') AS acquired;
+SELECT holder AS me FROM (SELECT try_acquire_leader('whoami', '1 minute')) t, current_leader('whoami') \gset
+SELECT release_leader('to-own-session', 'host-a', :'me') AS handed_to_own_session;
+SELECT name, CASE successor WHEN :'me' THEN 'this session' ELSE successor END AS successor
+  FROM leader_election.handovers
+ WHERE name IN ('to-session', 'to-own-session') ORDER BY name;
 SELECT holder FROM current_leader('bad');
 
 --

@@ -62,7 +62,7 @@ le_checked_optional_successor(FunctionCallInfo fcinfo, int argno)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("successor \"%s\" is not a session identity", successor),
-				 errdetail("A successor starting with \"%s\" names a session as current_leader() shows it: \"%s<pid>:<start>@<system identifier>.<timeline>\".",
+				 errdetail("A successor starting with \"%s\" names a live session as current_leader() shows it: \"%s<pid>:<start>@<system identifier>.<timeline>\".",
 						   LE_SESSION_PREFIX, LE_SESSION_PREFIX),
 				 errhint("Copy the identity from current_leader(), or name a holder without that prefix.")));
 	return successor;

@@ -150,45 +150,50 @@ le_session_is_local(const char *holder)
 	return sysid == GetSystemIdentifier() && (TimeLineID) tli == le_server_timeline();
 }
 
-/* Skip the digits at *p, at least one and at most max_digits; false if none. */
-static bool
-le_skip_digits(const char **p, int max_digits)
-{
-	int			n = 0;
-
-	while (n < max_digits && (*p)[n] >= '0' && (*p)[n] <= '9')
-		n++;
-	*p += n;
-	return n > 0 && !((*p)[0] >= '0' && (*p)[0] <= '9');
-}
-
 /*
- * Could identity be a session identity this module makes?
- * "session:<pid>:<start>@<system identifier>.<timeline>", or 1.0's form
- * without the server part; every field decimal digits, the start value
- * possibly negative.  Only the shape is checked: such a session may never
- * have existed, or have ended long ago.
+ * Could identity be the identity of a session of a server running this
+ * library: "session:<pid>:<start>@<system identifier>.<timeline>", exactly
+ * as le_own_session_identity() prints it (no sign, no leading zero, every
+ * field in its type's range, pid and timeline positive)?  1.0's form,
+ * without the server part, is not: no session makes it any more.  Only the
+ * shape is checked: such a session may never have existed, or have ended.
  */
 bool
 le_session_identity_well_formed(const char *identity)
 {
 	const char *p = identity;
+	char	   *end;
+	long long	pid;
+	long long	start;
+	unsigned long long sysid;
+	unsigned long long tli;
 
 	if (strncmp(p, LE_SESSION_PREFIX, strlen(LE_SESSION_PREFIX)) != 0)
 		return false;
 	p += strlen(LE_SESSION_PREFIX);
-	if (!le_skip_digits(&p, 10) || *p++ != ':')
+	errno = 0;
+	pid = strtoll(p, &end, 10);
+	if (end == p || *end != ':')
 		return false;
-	if (*p == '-')
-		p++;
-	if (!le_skip_digits(&p, 19))
+	p = end + 1;
+	start = strtoll(p, &end, 10);
+	if (end == p || *end != '@')
 		return false;
-	if (*p == '\0')
-		return true;			/* 1.0's form */
-	if (*p++ != '@' || !le_skip_digits(&p, 20) || *p++ != '.' ||
-		!le_skip_digits(&p, 10))
+	p = end + 1;
+	sysid = strtoull(p, &end, 10);
+	if (end == p || *end != '.')
 		return false;
-	return *p == '\0';
+	p = end + 1;
+	tli = strtoull(p, &end, 10);
+	if (end == p || *end != '\0' || errno != 0)
+		return false;
+	if (pid <= 0 || pid > PG_INT32_MAX || tli == 0 || tli > PG_UINT32_MAX)
+		return false;
+	/* Printed back the same way: no sign, space or leading zero crept in. */
+	return strcmp(identity,
+				  psprintf("%s%d:" INT64_FORMAT "@" UINT64_FORMAT ".%u",
+						   LE_SESSION_PREFIX, (int) pid, (int64) start,
+						   (uint64) sysid, (unsigned int) tli)) == 0;
 }
 
 /* Resolve the caller's identity; explicit_holder is already validated. */
