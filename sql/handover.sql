@@ -282,3 +282,53 @@ SELECT term = :reused_term AS same_term_number, info IS NULL AS no_old_info
 SELECT release_leader('reuse', 'h') AS released;
 SELECT term = :reused_term AS same_term_number FROM leader_election.leases WHERE name = 'reuse';
 SELECT try_acquire_leader('reuse', '1 minute', 'other') AS other_not_barred;
+
+--
+-- A reservation runs one ttl from the commit that makes it, not from the
+-- call: a transaction that commits more than a ttl after its move or
+-- hand-over still leaves the whole ttl (found by review rv56).
+--
+SELECT try_acquire_leader('late-move', '2 s', 'host-a') AS acquired;
+BEGIN;
+SELECT leader_election.move_leader('late-move') AS moved;
+-- Wait, inside the transaction, until the reservation as the call wrote it
+-- has passed.
+DO $$
+BEGIN
+    WHILE clock_timestamp() <= (SELECT reserved_until FROM leader_election.handovers
+                                 WHERE name = 'late-move') LOOP
+        PERFORM pg_sleep(0.05);
+    END LOOP;
+END $$;
+SELECT clock_timestamp() AS before_commit \gset
+COMMIT;
+SELECT reserved_until >= :'before_commit'::timestamptz + interval '2 s' AS runs_from_commit
+  FROM leader_election.handovers WHERE name = 'late-move';
+SELECT try_acquire_leader('late-move', '2 s', 'host-a') AS moved_holder_again;
+SELECT try_acquire_leader('late-hand-over', '2 s', 'host-a') AS acquired;
+BEGIN;
+SELECT release_leader('late-hand-over', 'host-a', 'host-b') AS handed_over;
+DO $$
+BEGIN
+    WHILE clock_timestamp() <= (SELECT reserved_until FROM leader_election.handovers
+                                 WHERE name = 'late-hand-over') LOOP
+        PERFORM pg_sleep(0.05);
+    END LOOP;
+END $$;
+SELECT clock_timestamp() AS before_commit \gset
+COMMIT;
+SELECT reserved_until >= :'before_commit'::timestamptz + interval '2 s' AS runs_from_commit
+  FROM leader_election.handovers WHERE name = 'late-hand-over';
+SELECT try_acquire_leader('late-hand-over', '2 s', 'host-c') AS other_holder;
+SELECT try_acquire_leader('late-hand-over', '2 s', 'host-b') AS successor;
+-- Rolled back with a savepoint, a hand-over leaves nothing to re-stamp; a
+-- later reservation of the same name in the transaction is the one kept.
+SELECT try_acquire_leader('twice', '1 minute', 'host-a') AS acquired;
+BEGIN;
+SAVEPOINT s;
+SELECT release_leader('twice', 'host-a', 'host-b') AS handed_over;
+ROLLBACK TO SAVEPOINT s;
+SELECT release_leader('twice', 'host-a', 'host-c') AS handed_over_again;
+COMMIT;
+SELECT successor, reserved_until > now() + interval '50 s' AS about_a_minute
+  FROM leader_election.handovers WHERE name = 'twice';

@@ -245,6 +245,8 @@ extern void le_store_set_info(const char *name, int64 term,
 extern char *le_store_read_info(const char *name, int64 term,
 								TimestampTz acquired_at);
 extern void le_store_set_handover(const char *name, const LeHandover *h);
+extern void le_store_restamp_handover(const char *name, int64 term,
+									  TimestampTz ended_at, TimestampTz reserved_until);
 extern bool le_store_read_handover(const char *name, int64 term,
 								   TimestampTz ended_at, LeHandover *h);
 
@@ -289,6 +291,7 @@ extern bool le_holds_valid_lease(const LeaseRow *row, const LeIdentity *who,
 extern char *le_leader_info(const char *name, const LeaseRow *row);
 
 /* handover.c */
+extern void le_handover_register_callbacks(void);
 extern void le_handover_reserve(const char *name, const LeaseRow *ended,
 								const char *successor, bool moved,
 								TimestampTz now);

@@ -77,7 +77,8 @@
  *     same term, history end reason released or moved) and, in the same
  *     transaction under the writer lock, reserves the lease (handover.c):
  *     while the lease is still in that term, without holder, and before
- *     reserved_until (the end plus the ended lease's ttl), only the
+ *     reserved_until (one ttl of the ended lease from the commit that
+ *     ended it, handover.c), only the
  *     successor may take it, or, after a move without successor, anyone but
  *     the moved holder.  Every takeover of a holderless lease checks the
  *     reservation under the writer lock, on the state committed at that

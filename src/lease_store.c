@@ -898,6 +898,7 @@ typedef enum LeStmt
 	STMT_INFO_CLEAR,
 	STMT_INFO_READ,
 	STMT_HANDOVER_SET,
+	STMT_HANDOVER_RESTAMP,
 	STMT_HANDOVER_READ,
 	STMT_COUNT
 } LeStmt;
@@ -1042,6 +1043,12 @@ static const LeStmtDef le_stmts[STMT_COUNT] = {
 		"successor = EXCLUDED.successor, reason = EXCLUDED.reason, "
 		"reserved_until = EXCLUDED.reserved_until, ended_at = EXCLUDED.ended_at",
 		7, {TEXTOID, INT8OID, TEXTOID, TEXTOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID}
+	},
+	[STMT_HANDOVER_RESTAMP] = {
+		"UPDATE leader_election.handovers SET reserved_until = $4 "
+		"WHERE name OPERATOR(pg_catalog.=) $1 AND term OPERATOR(pg_catalog.=) $2 "
+		"AND ended_at OPERATOR(pg_catalog.=) $3",
+		4, {TEXTOID, INT8OID, TIMESTAMPTZOID, TIMESTAMPTZOID}
 	},
 	[STMT_HANDOVER_READ] = {
 		"SELECT previous_holder, successor, reason, reserved_until "
@@ -2602,6 +2609,37 @@ le_store_set_handover(const char *name, const LeHandover *h)
 	le_spi_begin(&call);
 	le_spi_run(STMT_HANDOVER_SET, v, n, false);
 	le_spi_end(&call);
+}
+
+/*
+ * Move the end of the reservation of term `term` of name, made when it ended
+ * at ended_at, to reserved_until; nothing if that reservation is gone, or
+ * the table is (the extension was dropped in the same transaction).
+ */
+void
+le_store_restamp_handover(const char *name, int64 term, TimestampTz ended_at,
+						  TimestampTz reserved_until)
+{
+	LeSpiCall	call;
+	Datum		v[4];
+	Oid			nsp = get_namespace_oid("leader_election", true);
+	bool		pushed;
+
+	if (!OidIsValid(nsp) || !OidIsValid(get_relname_relid("handovers", nsp)))
+		return;
+	v[0] = CStringGetTextDatum(name);
+	v[1] = Int64GetDatum(term);
+	v[2] = TimestampTzGetDatum(ended_at);
+	v[3] = TimestampTzGetDatum(reserved_until);
+	/* At PRE_COMMIT no statement is running: give SPI a snapshot. */
+	pushed = !ActiveSnapshotSet();
+	if (pushed)
+		PushActiveSnapshot(GetTransactionSnapshot());
+	le_spi_begin(&call);
+	le_spi_run(STMT_HANDOVER_RESTAMP, v, NULL, false);
+	le_spi_end(&call);
+	if (pushed)
+		PopActiveSnapshot();
 }
 
 /*
