@@ -24,6 +24,14 @@
  *     counts: a short grant renewed or released later in it is fine.  (The ttl runs from the call; a commit that then waits
  *     for synchronous standbys can still return after expires_at.)
  *
+ * R3  Reservations run from the commit.  A hand-over's or move's reservation
+ *     (handover.c) is written as the call's instant + ttl; at PRE_COMMIT it
+ *     is moved to that instant + ttl, so a transaction that commits long
+ *     after the call still leaves the successor (or everyone but the moved
+ *     holder) one whole ttl.  A reservation that a later one of the same
+ *     name in the transaction replaced is not matched any more (the update
+ *     is keyed on the ended term and instant).
+ *
  * Writes rolled back with a savepoint no longer count.
  *
  *-------------------------------------------------------------------------
@@ -43,23 +51,67 @@ typedef struct LeCommitWrite
 {
 	int			nest_level;		/* (sub)transaction that wrote it */
 	TimestampTz expires_at;		/* 0 for a release */
+	/* A release that reserved the lease (R3); else reserved_ttl is -1. */
+	int64		reserved_ttl;
+	int64		reserved_term;
+	TimestampTz reserved_ended_at;
 	char		name[FLEXIBLE_ARRAY_MEMBER];
 } LeCommitWrite;
 
 static List *le_commit_writes = NIL;
 
-/* This transaction wrote the lease `name`, valid until expires_at (0: released). */
-void
-le_commit_note_write(const char *name, TimestampTz expires_at)
+static LeCommitWrite *
+le_commit_note(const char *name, TimestampTz expires_at)
 {
 	MemoryContext old = MemoryContextSwitchTo(TopTransactionContext);
 	LeCommitWrite *w = palloc(offsetof(LeCommitWrite, name) + strlen(name) + 1);
 
 	w->nest_level = GetCurrentTransactionNestLevel();
 	w->expires_at = expires_at;
+	w->reserved_ttl = -1;
 	strcpy(w->name, name);
 	le_commit_writes = lappend(le_commit_writes, w);
 	MemoryContextSwitchTo(old);
+	return w;
+}
+
+/* This transaction wrote the lease `name`, valid until expires_at (0: released). */
+void
+le_commit_note_write(const char *name, TimestampTz expires_at)
+{
+	(void) le_commit_note(name, expires_at);
+}
+
+/*
+ * This transaction released `name`, ending term `term` at ended_at, and
+ * reserved it for ttl (R3).
+ */
+void
+le_commit_note_reservation(const char *name, int64 term, TimestampTz ended_at,
+						   int64 ttl)
+{
+	LeCommitWrite *w = le_commit_note(name, 0);
+
+	w->reserved_ttl = ttl;
+	w->reserved_term = term;
+	w->reserved_ended_at = ended_at;
+}
+
+/* R3 */
+static void
+le_commit_restamp_reservations(void)
+{
+	ListCell   *lc;
+
+	foreach(lc, le_commit_writes)
+	{
+		LeCommitWrite *w = lfirst(lc);
+
+		if (w->reserved_ttl >= 0)
+			le_store_restamp_handover(w->name, w->reserved_term,
+									  w->reserved_ended_at,
+									  GetCurrentTimestamp() + w->reserved_ttl);
+	}
 }
 
 /* synchronous_commit levels in order of strength, as the server names them. */
@@ -142,6 +194,7 @@ le_commit_xact_callback(XactEvent event, void *arg)
 			{
 				le_commit_check_expiry();
 				le_commit_durably();
+				le_commit_restamp_reservations();
 			}
 			break;
 		case XACT_EVENT_COMMIT:

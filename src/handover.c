@@ -22,11 +22,9 @@
  *	  moved back (which voids I2) does not find an old reservation.
  *
  * The reservation runs from the commit that makes it, not from the call:
- * the statement writes end + ttl, and at PRE_COMMIT the transaction moves
- * reserved_until to (that instant) + ttl, so a transaction that commits
- * long after its hand-over or move still leaves the successor (or everyone
- * but the moved holder) one whole ttl.  A fence of T (I6) held past the
- * commit still keeps every takeover out while the ttl runs (documented).
+ * the statement writes end + ttl, and the commit moves it (R3 in
+ * commit_rules.c).  A fence of T (I6) held past the commit still keeps
+ * every takeover out while the ttl runs (documented).
  *
  * Only holderless leases can be reserved (a release or a move leaves no
  * holder), so an expired lease's takeover, the usual failover, never reads
@@ -38,11 +36,8 @@
  */
 #include "postgres.h"
 
-#include "access/xact.h"
 #include "fmgr.h"
-#include "nodes/pg_list.h"
 #include "utils/builtins.h"
-#include "utils/memutils.h"
 #include "utils/timestamp.h"
 
 #include "leader_election.h"
@@ -78,97 +73,6 @@ le_checked_optional_successor(FunctionCallInfo fcinfo, int argno)
 	return successor;
 }
 
-/* A reservation this transaction made, to be re-stamped at its commit. */
-typedef struct LePendingReservation
-{
-	int			nest_level;		/* (sub)transaction that made it */
-	int64		term;
-	TimestampTz ended_at;
-	int64		ttl;
-	char		name[FLEXIBLE_ARRAY_MEMBER];
-} LePendingReservation;
-
-/* This transaction's reservations, in TopTransactionContext. */
-static List *le_pending_reservations = NIL;
-
-static void
-le_handover_note_made(const char *name, int64 term, TimestampTz ended_at,
-					  int64 ttl)
-{
-	MemoryContext old = MemoryContextSwitchTo(TopTransactionContext);
-	LePendingReservation *r =
-		palloc(offsetof(LePendingReservation, name) + strlen(name) + 1);
-
-	r->nest_level = GetCurrentTransactionNestLevel();
-	r->term = term;
-	r->ended_at = ended_at;
-	r->ttl = ttl;
-	strcpy(r->name, name);
-	le_pending_reservations = lappend(le_pending_reservations, r);
-	MemoryContextSwitchTo(old);
-}
-
-/*
- * PRE_COMMIT: every reservation made now runs one ttl from here.  A later
- * reservation of the same name in this transaction replaced the earlier
- * one's row, which the re-stamp then no longer matches (term, ended_at).
- */
-static void
-le_handover_xact_callback(XactEvent event, void *arg)
-{
-	ListCell   *lc;
-
-	switch (event)
-	{
-		case XACT_EVENT_PRE_COMMIT:
-			foreach(lc, le_pending_reservations)
-			{
-				LePendingReservation *r = lfirst(lc);
-
-				le_store_restamp_handover(r->name, r->term, r->ended_at,
-										  GetCurrentTimestamp() + r->ttl);
-			}
-			le_pending_reservations = NIL;
-			break;
-		case XACT_EVENT_COMMIT:
-		case XACT_EVENT_ABORT:
-		case XACT_EVENT_PREPARE:
-		case XACT_EVENT_PARALLEL_COMMIT:
-		case XACT_EVENT_PARALLEL_ABORT:
-			le_pending_reservations = NIL;	/* freed with TopTransactionContext */
-			break;
-		default:
-			break;
-	}
-}
-
-static void
-le_handover_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
-							 SubTransactionId parentSubid, void *arg)
-{
-	int			level = GetCurrentTransactionNestLevel();
-	ListCell   *lc;
-
-	foreach(lc, le_pending_reservations)
-	{
-		LePendingReservation *r = lfirst(lc);
-
-		if (r->nest_level < level)
-			continue;
-		if (event == SUBXACT_EVENT_ABORT_SUB)
-			le_pending_reservations = foreach_delete_current(le_pending_reservations, lc);
-		else if (event == SUBXACT_EVENT_COMMIT_SUB)
-			r->nest_level = level - 1;
-	}
-}
-
-void
-le_handover_register_callbacks(void)
-{
-	RegisterXactCallback(le_handover_xact_callback, NULL);
-	RegisterSubXactCallback(le_handover_subxact_callback, NULL);
-}
-
 /*
  * Reserve the lease whose term `ended` just ended at `now` (the caller
  * holds the writer lock and has just ended it).
@@ -189,7 +93,7 @@ le_handover_reserve(const char *name, const LeaseRow *ended,
 	h.ended_at = now;			/* le_store_release set expires_at to it */
 	h.reserved_until = now + ttl;
 	le_store_set_handover(name, &h);
-	le_handover_note_made(name, h.term, h.ended_at, ttl);
+	le_commit_note_reservation(name, h.term, h.ended_at, ttl);
 }
 
 /*

@@ -180,7 +180,6 @@ _PG_init(void)
 	le_wakeup_register_callbacks();
 	le_cache_register_callbacks();
 	le_commit_register_callbacks();
-	le_handover_register_callbacks();
 	le_terms_register_callbacks();
 	le_notify_register_callbacks();
 	le_stats_register_callbacks();

@@ -291,7 +291,6 @@ extern bool le_holds_valid_lease(const LeaseRow *row, const LeIdentity *who,
 extern char *le_leader_info(const char *name, const LeaseRow *row);
 
 /* handover.c */
-extern void le_handover_register_callbacks(void);
 extern void le_handover_reserve(const char *name, const LeaseRow *ended,
 								const char *successor, bool moved,
 								TimestampTz now);
@@ -317,6 +316,8 @@ extern int32 le_waiters_for_name(const char *name);
 
 /* commit_rules.c */
 extern void le_commit_note_write(const char *name, TimestampTz expires_at);
+extern void le_commit_note_reservation(const char *name, int64 term,
+									   TimestampTz ended_at, int64 ttl);
 extern void le_commit_register_callbacks(void);
 extern void le_terms_register_callbacks(void);
 
