@@ -288,18 +288,20 @@ SELECT try_acquire_leader('reuse', '1 minute', 'other') AS other_not_barred;
 -- call: a transaction that commits more than a ttl after its move or
 -- hand-over still leaves the whole ttl (found by review rv56).
 --
-SELECT try_acquire_leader('late-move', '2 s', 'host-a') AS acquired;
-BEGIN;
-SELECT leader_election.move_leader('late-move') AS moved;
--- Wait, inside the transaction, until the reservation as the call wrote it
--- has passed.
-DO $$
+-- Returns, inside the caller's transaction, once the reservation of name
+-- as the call wrote it has passed.
+CREATE FUNCTION pg_temp.outlive_reservation(n text) RETURNS void
+LANGUAGE plpgsql AS $$
 BEGIN
     WHILE clock_timestamp() <= (SELECT reserved_until FROM leader_election.handovers
-                                 WHERE name = 'late-move') LOOP
+                                 WHERE name = n) LOOP
         PERFORM pg_sleep(0.05);
     END LOOP;
 END $$;
+SELECT try_acquire_leader('late-move', '2 s', 'host-a') AS acquired;
+BEGIN;
+SELECT leader_election.move_leader('late-move') AS moved;
+SELECT pg_temp.outlive_reservation('late-move');
 SELECT clock_timestamp() AS before_commit \gset
 COMMIT;
 SELECT reserved_until >= :'before_commit'::timestamptz + interval '2 s' AS runs_from_commit
@@ -308,13 +310,7 @@ SELECT try_acquire_leader('late-move', '2 s', 'host-a') AS moved_holder_again;
 SELECT try_acquire_leader('late-hand-over', '2 s', 'host-a') AS acquired;
 BEGIN;
 SELECT release_leader('late-hand-over', 'host-a', 'host-b') AS handed_over;
-DO $$
-BEGIN
-    WHILE clock_timestamp() <= (SELECT reserved_until FROM leader_election.handovers
-                                 WHERE name = 'late-hand-over') LOOP
-        PERFORM pg_sleep(0.05);
-    END LOOP;
-END $$;
+SELECT pg_temp.outlive_reservation('late-hand-over');
 SELECT clock_timestamp() AS before_commit \gset
 COMMIT;
 SELECT reserved_until >= :'before_commit'::timestamptz + interval '2 s' AS runs_from_commit
