@@ -121,13 +121,16 @@ SELECT pg_temp.try($$SELECT release_leader('bad', 'host-a', 'session:12:92233720
 SELECT pg_temp.try($$SELECT release_leader('bad', 'host-a', 'session:12:34@18446744073709551616.1')$$) AS sysid_range_successor;
 SELECT pg_temp.try($$SELECT release_leader('bad', 'host-a', 'session:12:34@5.0')$$) AS timeline_zero_successor;
 SELECT pg_temp.try($$SELECT release_leader('bad', 'host-a', 'session:12:-0@5.1')$$) AS minus_zero_successor;
+SELECT pg_temp.try($$SELECT release_leader('bad', 'host-a', 'session:12:-34@5.1')$$) AS negative_start_successor;
+SELECT pg_temp.try($$SELECT release_leader('bad', 'host-a', 'session:12:0@5.1')$$) AS zero_start_successor;
+SELECT pg_temp.try($$SELECT release_leader('bad', 'host-a', 'session:12:34@0.1')$$) AS zero_sysid_successor;
 -- 1.0's form, without the server part: no session of this library has it.
 SELECT pg_temp.try($$SELECT release_leader('bad', 'host-a', 'session:12:34')$$) AS old_form_successor;
 SELECT count(*) AS reservations FROM leader_election.handovers WHERE name = 'bad';
 -- Well-formed session identities are accepted as successors: this
--- session's own, and one whose start is before 2000 (negative).
+-- session's own, and one on the highest timeline there can be.
 SELECT try_acquire_leader('to-session', '1 minute', 'host-a') AS acquired;
-SELECT release_leader('to-session', 'host-a', 'session:12:-34@5.4294967295') AS handed_to_session;
+SELECT release_leader('to-session', 'host-a', 'session:12:34@5.4294967295') AS handed_to_session;
 SELECT try_acquire_leader('to-own-session', '1 minute', 'host-a') AS acquired;
 SELECT holder AS me FROM (SELECT try_acquire_leader('whoami', '1 minute')) t, current_leader('whoami') \gset
 SELECT release_leader('to-own-session', 'host-a', :'me') AS handed_to_own_session;
@@ -328,3 +331,13 @@ SELECT release_leader('twice', 'host-a', 'host-c') AS handed_over_again;
 COMMIT;
 SELECT successor, reserved_until > now() + interval '50 s' AS about_a_minute
   FROM leader_election.handovers WHERE name = 'twice';
+-- A transaction set read-only after its hand-over still commits it, as it
+-- commits a plain release.
+SELECT try_acquire_leader('read-only-later', '1 minute', 'host-a') AS acquired;
+BEGIN;
+SELECT release_leader('read-only-later', 'host-a', 'host-b') AS handed_over;
+SET transaction_read_only = on;
+COMMIT;
+SELECT successor, reserved_until > now() + interval '50 s' AS about_a_minute
+  FROM leader_election.handovers WHERE name = 'read-only-later';
+SELECT count(*) AS holders FROM current_leader('read-only-later');

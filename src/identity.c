@@ -154,7 +154,7 @@ le_session_is_local(const char *holder)
  * Could identity be the identity of a session of a server running this
  * library: "session:<pid>:<start>@<system identifier>.<timeline>", exactly
  * as le_own_session_identity() prints it (no sign, no leading zero, every
- * field in its type's range, pid and timeline positive)?  1.0's form,
+ * field positive and in its type's range)?  1.0's form,
  * without the server part, is not: no session makes it any more.  Only the
  * shape is checked: such a session may never have existed, or have ended.
  */
@@ -187,7 +187,9 @@ le_session_identity_well_formed(const char *identity)
 	tli = strtoull(p, &end, 10);
 	if (end == p || *end != '\0' || errno != 0)
 		return false;
-	if (pid <= 0 || pid > PG_INT32_MAX || tli == 0 || tli > PG_UINT32_MAX)
+	/* A backend starts after 2000, and no cluster has system identifier 0. */
+	if (pid <= 0 || pid > PG_INT32_MAX || start <= 0 || sysid == 0 ||
+		tli == 0 || tli > PG_UINT32_MAX)
 		return false;
 	/* Printed back the same way: no sign, space or leading zero crept in. */
 	return strcmp(identity,

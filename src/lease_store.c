@@ -2624,6 +2624,7 @@ le_store_restamp_handover(const char *name, int64 term, TimestampTz ended_at,
 	Datum		v[4];
 	Oid			nsp = get_namespace_oid("leader_election", true);
 	bool		pushed;
+	bool		was_read_only;
 
 	if (!OidIsValid(nsp) || !OidIsValid(get_relname_relid("handovers", nsp)))
 		return;
@@ -2635,9 +2636,25 @@ le_store_restamp_handover(const char *name, int64 term, TimestampTz ended_at,
 	pushed = !ActiveSnapshotSet();
 	if (pushed)
 		PushActiveSnapshot(GetTransactionSnapshot());
-	le_spi_begin(&call);
-	le_spi_run(STMT_HANDOVER_RESTAMP, v, NULL, false);
-	le_spi_end(&call);
+
+	/*
+	 * SET transaction_read_only after the hand-over stops the user's later
+	 * writes, not the completion of this one (a plain release needs no
+	 * write at commit and commits too).
+	 */
+	was_read_only = XactReadOnly;
+	XactReadOnly = false;
+	PG_TRY();
+	{
+		le_spi_begin(&call);
+		le_spi_run(STMT_HANDOVER_RESTAMP, v, NULL, false);
+		le_spi_end(&call);
+	}
+	PG_FINALLY();
+	{
+		XactReadOnly = was_read_only;
+	}
+	PG_END_TRY();
 	if (pushed)
 		PopActiveSnapshot();
 }
