@@ -341,3 +341,24 @@ COMMIT;
 SELECT successor, reserved_until > now() + interval '50 s' AS about_a_minute
   FROM leader_election.handovers WHERE name = 'read-only-later';
 SELECT count(*) AS holders FROM current_leader('read-only-later');
+-- Unless code an administrator added to the tables would run inside that
+-- write: then such a commit fails, and the added code wrote nothing.
+CREATE TABLE public.handover_audit (op text);
+CREATE FUNCTION public.handover_audit() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog AS $$
+BEGIN
+    INSERT INTO public.handover_audit VALUES (TG_OP);
+    RETURN NEW;
+END $$;
+CREATE TRIGGER handover_audit AFTER UPDATE ON leader_election.handovers
+    FOR EACH ROW EXECUTE FUNCTION public.handover_audit();
+SELECT try_acquire_leader('read-only-audited', '1 minute', 'host-a') AS acquired;
+BEGIN;
+SELECT release_leader('read-only-audited', 'host-a', 'host-b') AS handed_over;
+SET transaction_read_only = on;
+COMMIT;
+SELECT count(*) AS audited FROM public.handover_audit;
+SELECT holder FROM current_leader('read-only-audited');
+DROP TRIGGER handover_audit ON leader_election.handovers;
+DROP FUNCTION public.handover_audit();
+DROP TABLE public.handover_audit;

@@ -2640,10 +2640,14 @@ le_store_restamp_handover(const char *name, int64 term, TimestampTz ended_at,
 	/*
 	 * SET transaction_read_only after the hand-over stops the user's later
 	 * writes, not the completion of this one (a plain release needs no
-	 * write at commit and commits too).
+	 * write at commit and commits too).  Not while code an administrator
+	 * added to the tables would run inside the UPDATE and could write
+	 * elsewhere: then the commit fails (25006), as that code would.
 	 */
+	le_store_load_rels();
 	was_read_only = XactReadOnly;
-	XactReadOnly = false;
+	if (!le_rels.added_code)
+		XactReadOnly = false;
 	PG_TRY();
 	{
 		le_spi_begin(&call);
