@@ -26,9 +26,9 @@
  *
  * R3  Reservations run from the commit.  A hand-over's or move's reservation
  *     (handover.c) is written as the call's instant + ttl; at PRE_COMMIT it
- *     is moved to that instant + ttl, so a transaction that commits long
- *     after the call still leaves the successor (or everyone but the moved
- *     holder) one whole ttl.  A reservation that a later one of the same
+ *     is moved to the PRE_COMMIT instant + ttl, so a transaction that
+ *     commits long after the call still leaves the successor (or everyone
+ *     but the moved holder) one whole ttl.  A reservation that a later one of the same
  *     name in the transaction replaced is not matched any more (the update
  *     is keyed on the ended term and instant).
  *

@@ -154,9 +154,9 @@ le_session_is_local(const char *holder)
  * Could identity be the identity of a session of a server running this
  * library: "session:<pid>:<start>@<system identifier>.<timeline>", exactly
  * as le_own_session_identity() prints it (no sign, no leading zero, every
- * field positive and in its type's range)?  1.0's form,
- * without the server part, is not: no session makes it any more.  Only the
- * shape is checked: such a session may never have existed, or have ended.
+ * field positive and in its type's range)?  1.0's form, without the server
+ * part, is not: no session makes it any more.  Only the shape is checked:
+ * such a session may never have existed, or have ended.
  */
 bool
 le_session_identity_well_formed(const char *identity)

@@ -78,13 +78,12 @@
  *     transaction under the writer lock, reserves the lease (handover.c):
  *     while the lease is still in that term, without holder, and before
  *     reserved_until (one ttl of the ended lease from the commit that
- *     ended it, handover.c), only the
- *     successor may take it, or, after a move without successor, anyone but
- *     the moved holder.  Every takeover of a holderless lease checks the
- *     reservation under the writer lock, on the state committed at that
- *     instant, so a barred try answers false (having held the writer lock
- *     for an instant, without waiting: the one exception to I7's "no
- *     lock").  A move is a change of holder like any other: from its
+ *     ended it, handover.c), only the successor may take it, or, after a
+ *     move without successor, anyone but the moved holder.  Every takeover
+ *     of a holderless lease checks the reservation under the writer lock,
+ *     on the state committed at that instant, so a barred try answers false
+ *     (having held the writer lock for an instant, without waiting: the one
+ *     exception to I7's "no lock").  A move is a change of holder like any other: from its
  *     commit on, I3 and I5 make the moved holder's am_leader false and
  *     assert_leader raise LE001, and I9 makes its next try false.
  *
